@@ -1,0 +1,153 @@
+"""The shift executor with fake ports: call order, validation, and failures (sec. 4)."""
+
+import pytest
+
+from pivot.errors import StateError
+from pivot.planner.plan import ShiftDown, ShiftPlan
+from pivot.shifting.device_map import DeviceMap, replay
+from pivot.shifting.executor import MigrationStats, ShiftExecutor
+from pivot.shifting.role_shift import SlotKind
+from pivot.shifting.shifter import ShiftError, ShiftResult, Shifter
+from pivot.types import Role
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+class Recorder:
+    """Fake ports that log each call and advance a virtual clock."""
+
+    def __init__(self, clock, fail_on=None):
+        self.calls, self.clock, self.fail_on = [], clock, fail_on
+
+    def _hit(self, name, cost):
+        self.calls.append(name)
+        self.clock.t += cost
+        if self.fail_on == name:
+            raise RuntimeError(f"{name} broke")
+
+    # SlotBackend
+    def shift_down(self, role, replica_id, devices):
+        self._hit(f"backend.down:{replica_id}", 1.0)
+        return ShiftResult({"discard_temporary": 0.25, "discard_parameters": 0.75})
+
+    def shift_up(self, role, replica_id, devices):
+        self._hit(f"backend.up:{replica_id}", 2.0)
+        return ShiftResult({"read_parameters": 1.5, "reallocate_temporary": 0.5},
+                           kv_capacity=4096)
+
+    # ReplicaPort
+    def apply(self, actions):
+        self._hit(f"apply:{','.join(actions)}", 0.125)
+        return MigrationStats(aborted=len(actions), abort_s=0.125)
+
+
+class FakeScheduler:
+    def __init__(self, rec, role):
+        self.rec, self.role, self.new = rec, role, None
+
+    def shift_down(self, replica_ids):
+        self.rec._hit(f"{self.role.value}.shift_down:{','.join(replica_ids)}", 0.0)
+        return [f"abort@{r}" for r in replica_ids]
+
+    def shift_up(self, new_replicas):
+        self.new = list(new_replicas)
+        self.rec._hit(f"{self.role.value}.shift_up:{','.join(r.replica_id for r in new_replicas)}", 0.0)
+        return [f"dispatch@{r.replica_id}" for r in new_replicas]
+
+
+def setup(fail_on=None):
+    clock = Clock()
+    rec = Recorder(clock, fail_on)
+    dm = DeviceMap((0, 0, 0, 0, 1, 1), clock=clock)
+    for devs, role, rid in (((0,), Role.ROLLOUT, "ro-a"), ((1,), Role.ROLLOUT, "ro-b"),
+                            ((2, 3), Role.TRAINING, "tr"), ((4,), Role.REWARD, "rm-a")):
+        dm.begin_shift_up(devs, role, rid)
+        dm.end_shift_up(devs)
+    schedulers = {r: FakeScheduler(rec, r) for r in (Role.ROLLOUT, Role.REWARD)}
+    ex = ShiftExecutor(Shifter(dm, rec), schedulers, rec)
+    return ex, rec, dm, schedulers, clock
+
+
+PLAN = ShiftPlan(Role.REWARD, (ShiftDown(Role.ROLLOUT, "ro-a", (0,)),
+                               ShiftDown(Role.ROLLOUT, "ro-b", (1,)),
+                               ShiftDown(None, None, (5,))),
+                 ((0,), (1,), (5,)))
+
+
+def test_a_plan_runs_migrate_down_then_shift_down_then_shift_up_then_migrate_up():
+    ex, rec, dm, sch, _ = setup()
+    report = ex.execute(PLAN)
+    assert rec.calls == [
+        "rollout.shift_down:ro-a,ro-b", "apply:abort@ro-a,abort@ro-b",
+        "backend.down:ro-a", "backend.down:ro-b",
+        "backend.up:reward-0", "backend.up:reward-1", "backend.up:reward-2",
+        "reward.shift_up:reward-0,reward-1,reward-2",
+        "apply:dispatch@reward-0,dispatch@reward-1,dispatch@reward-2",
+    ]
+    assert report.stage_s == {"migrate_down": 0.125, "shift_down": 2.0, "shift_up": 6.0,
+                              "migrate_up": 0.125}
+    assert report.total_s == 8.25
+    assert report.phase_totals("up") == {"read_parameters": 4.5, "reallocate_temporary": 1.5}
+    assert [v.kv_capacity for v in sch[Role.REWARD].new] == [4096] * 3
+    assert dm.replicas(Role.REWARD) == {"rm-a": (4,), "reward-0": (0,), "reward-1": (1,),
+                                        "reward-2": (5,)}
+    assert report.migration_down.aborted == 2 and report.error is None
+    assert len(ex.shifter.phase_events) == 2 * 2 + 3 * 2
+
+
+def test_training_shifts_down_as_a_whole_and_needs_no_scheduler_call():
+    ex, rec, dm, _, _ = setup()
+    plan = ShiftPlan(Role.ROLLOUT, (ShiftDown(Role.TRAINING, None, (2, 3)),), ((2,), (3,)))
+    report = ex.execute(plan)
+    assert rec.calls[:1] == ["backend.down:tr"]
+    assert report.down[0].replica_id == "tr" and report.migration_down.aborted == 0
+    assert dm.replicas(Role.TRAINING) == {}
+
+
+@pytest.mark.parametrize("plan,match", [
+    (ShiftPlan(Role.REWARD, (ShiftDown(Role.ROLLOUT, "ro-a", (0, 1)),), ((0,),)),
+     "donor rollout replica ro-a with devices \\[0, 1\\] does not match"),
+    (ShiftPlan(Role.REWARD, (ShiftDown(Role.ROLLOUT, "ro-a", (0,)),), ((0, 1),)),
+     "devices \\[1\\] are neither idle nor freed"),
+    (ShiftPlan(Role.REWARD, (), ()), "up_devices is empty"),
+    (ShiftPlan(Role.TRAINING, (ShiftDown(None, None, (5,)),), ((5,), (5,))),
+     "training shifts up as one group"),
+    (ShiftPlan(Role.REWARD, (ShiftDown(None, None, (4,)),), ((4,),)),
+     "idle donor lists devices \\[4\\]"),
+    (ShiftPlan(Role.REWARD, (ShiftDown(None, None, (5,)),), ((5,), (5,))),
+     "in two shift-up groups"),
+])
+def test_a_plan_that_disagrees_with_the_device_map_is_refused_before_any_call(plan, match):
+    ex, rec, dm, _, _ = setup()
+    before = list(dm.states)
+    with pytest.raises(StateError, match=match):
+        ex.execute(plan)
+    assert rec.calls == [] and dm.states == before
+
+
+@pytest.mark.parametrize("fail_on,stage,lost", [
+    ("rollout.shift_down:ro-a,ro-b", "migrate_down", ()),
+    ("backend.down:ro-b", "shift_down", (1,)),
+    ("backend.up:reward-1", "shift_up", (1,)),
+    ("reward.shift_up:reward-0,reward-1,reward-2", "migrate_up", ()),
+])
+def test_a_failing_port_call_leaves_the_device_map_consistent(fail_on, stage, lost):
+    ex, rec, dm, _, _ = setup(fail_on)
+    with pytest.raises(ShiftError, match=f"failed in stage {stage}") as info:
+        ex.execute(PLAN)
+    report = info.value.report
+    assert report.failed_stage == stage and "broke" in report.error
+    assert dm.devices_in(SlotKind.LOST) == lost
+    assert not dm.devices_in(SlotKind.SHIFTING_UP) and not dm.devices_in(SlotKind.SHIFTING_DOWN)
+    seen = [d for devs in dm.replicas().values() for d in devs]
+    assert len(seen) == len(set(seen))
+    assert set(seen) | set(dm.devices_in(SlotKind.IDLE)) | set(lost) == set(range(6))
+    assert replay(dm.device_host, dm.events) == dm.states
+    if stage == "migrate_down":
+        assert dm.replicas(Role.ROLLOUT) == {"ro-a": (0,), "ro-b": (1,)}
