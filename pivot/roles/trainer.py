@@ -1,0 +1,419 @@
+"""The training role: torchtitan Qwen3 + GRPO on FSDP2 over gloo (sec. 5.2, 8.1).
+
+``Trainer`` is a plain class (usable and tested without Monarch); ``TrainerActor`` is a
+thin Monarch actor around it, one per training proc. Data flow of one RL step::
+
+    GPS Read (HF names) --load_hf_state_dict--> model (FSDP2 shards)
+    TrainBatch --compute_logprobs--> [B, L] log-probs (optional, e.g. for old_logprobs)
+    TrainBatch --forward_backward--> grads (+ metrics)      } repeated for accumulation
+               --optim_step-------> AdamW update, version += 1
+    state_dict_hf() --> full HF-named tensors --> GPS Write
+
+Shifting (sec. 5.2): ``offload()``/``reload()`` move optimizer state and gradients to host
+buffers and back bit-exactly; ``release_parameters()`` frees the weights (they come back
+through ``load_hf_state_dict`` from a GPS Read); ``context_items()`` lists what the role
+holds by category.
+
+Data parallelism: every rank receives the whole batch and trains on its contiguous slice
+of rows. Each rank's loss is its token-loss sum divided by the *global* response-token
+count, and FSDP reduces gradients by plain SUM (``set_force_sum_reduction_for_comms`` as
+gloo has no PREMUL_SUM, and a gradient divide factor of 1), so the summed gradient is
+exactly the single-process gradient of DAPO's token-mean loss.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from monarch.actor import Actor, endpoint
+from torch.distributed.tensor import DTensor, distribute_tensor
+
+from pivot.errors import ConfigError, StateError
+from pivot.losses.grpo import GRPOLoss, token_logprobs
+from pivot.roles.titan.batch import TrainBatch
+from pivot.roles.titan.context import HostStash, local_tensor, storage_bytes
+from pivot.roles.titan.model import (
+    Qwen3Shape,
+    build_qwen3,
+    qwen3_model_config,
+    state_dict_adapter,
+)
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Trainer", "TrainerActor", "TrainBatch"]
+
+
+class Trainer:
+    """Policy trainer on one rank (single process, or one FSDP2 rank over gloo)."""
+
+    @dataclass(kw_only=True, slots=True)
+    class Optimizer:
+        lr: float = 1e-6
+        betas: tuple[float, float] = (0.9, 0.999)
+        eps: float = 1e-8
+        weight_decay: float = 0.01
+        max_grad_norm: float = 1.0
+        """Global gradient-norm clip before each step; 0 disables it."""
+
+    @dataclass(kw_only=True, slots=True)
+    class Config:
+        model: str | Path | dict
+        """A HF Qwen3 model folder, its config.json, or the config dict."""
+        max_seq_len: int = 2048
+        """RoPE cache length; batches longer than this are rejected."""
+        seed: int = 0
+        """Seed of the random initial weights (normally overwritten by a GPS Read)."""
+        optimizer: "Trainer.Optimizer" = field(default_factory=lambda: Trainer.Optimizer())
+        loss: GRPOLoss.Config = field(default_factory=GRPOLoss.Config)
+        fsdp: bool = True
+        """Shard with FSDP2 when a process group of more than one rank is initialised."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.shape = Qwen3Shape.from_hf(config.model)
+        if config.max_seq_len <= 0:
+            raise ConfigError(f"Trainer.Config.max_seq_len must be > 0, got "
+                              f"{config.max_seq_len}")
+        self.model_config = qwen3_model_config(
+            self.shape, min(config.max_seq_len, self.shape.max_position_embeddings))
+        self.adapter = state_dict_adapter(self.model_config)
+        self.loss_fn = GRPOLoss(config.loss)
+        self.model: torch.nn.Module | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.version = 0
+        self.rank, self.world_size = 0, 1
+        self._stash = HostStash()
+        self._released: list[tuple[torch.Tensor, int]] = []
+        self._activation_bytes = 0
+
+    # ---------------------------------------------------------------- building
+    def setup(self) -> dict[str, Any]:
+        """Builds the model (FSDP2-sharded when distributed) and AdamW."""
+        t0 = time.perf_counter()
+        if dist.is_available() and dist.is_initialized():
+            self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        model = build_qwen3(self.model_config, seed=self.config.seed)
+        if self.world_size > 1 and self.config.fsdp:
+            _apply_fsdp(model, self.world_size)
+        self.model = model
+        opt = self.config.optimizer
+        self.optimizer = torch.optim.AdamW(
+            model.parameters(), lr=opt.lr, betas=opt.betas, eps=opt.eps,
+            weight_decay=opt.weight_decay, foreach=False)
+        return {"trainer/setup/seconds": time.perf_counter() - t0,
+                "trainer/setup/world_size": self.world_size,
+                "trainer/setup/param_bytes": storage_bytes(model.parameters())}
+
+    def _require_model(self, what: str) -> torch.nn.Module:
+        if self.model is None:
+            raise StateError(f"Trainer.{what}: call setup() first")
+        if self._released:
+            raise StateError(f"Trainer.{what}: parameters were released on a shift down; "
+                             f"load_hf_state_dict(...) from a GPS Read first")
+        if self._stash:
+            raise StateError(f"Trainer.{what}: optimizer state is offloaded; call reload()")
+        return self.model
+
+    # ---------------------------------------------------------------- weights
+    def load_hf_state_dict(self, hf_state_dict: Mapping[str, torch.Tensor]) -> dict[str, Any]:
+        """Loads full HF-named tensors (a GPS Read) into the (sharded) model.
+
+        Every rank passes the full tensors; each keeps its own shard (no communication).
+        Also brings back parameters released by ``release_parameters``.
+        """
+        if self.model is None:
+            raise StateError("Trainer.load_hf_state_dict: call setup() first")
+        t0 = time.perf_counter()
+        titan = self._fuse_qkv(self.adapter.from_hf(dict(hf_state_dict)))
+        params = dict(self.model.named_parameters(remove_duplicate=False))
+        missing = sorted(set(params) - set(titan))
+        unexpected = sorted(set(titan) - set(params))
+        if missing or unexpected:
+            raise StateError(f"Trainer.load_hf_state_dict: HF tensors do not match the model "
+                             f"built from {self.config.model!r}: missing {missing[:5]}, "
+                             f"unexpected {unexpected[:5]}")
+        for name, p in params.items():
+            if tuple(titan[name].shape) != tuple(p.shape):
+                raise StateError(f"Trainer.load_hf_state_dict: {name} has shape "
+                                 f"{tuple(titan[name].shape)}, the model expects "
+                                 f"{tuple(p.shape)}")
+        for t, n in self._released:
+            local_tensor(t).untyped_storage().resize_(n)
+        self._released.clear()
+        with torch.no_grad():
+            for name, p in params.items():
+                src = titan[name].detach().to(dtype=p.dtype, device="cpu")
+                if isinstance(p, DTensor):
+                    src = distribute_tensor(src, p.device_mesh, p.placements,
+                                            src_data_rank=None).to_local()
+                local_tensor(p).copy_(src)
+        return {"trainer/load/seconds": time.perf_counter() - t0}
+
+    def _fuse_qkv(self, titan: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Names of the state dict -> names of the parameters (fused ``wqkv``).
+
+        torchtitan saves the fused QKV projection split into wq/wk/wv (a state-dict hook);
+        the parameters hold it fused, so the split tensors are merged the way the model's
+        own load hook does.
+        """
+        from torchtitan.models.common.attention import FusedQKVLinear
+
+        assert self.model is not None
+        for name, mod in self.model.named_modules():
+            if isinstance(mod, FusedQKVLinear):
+                FusedQKVLinear._merge_qkv_on_load(mod, titan, f"{name}.")
+        return titan
+
+    def state_dict_hf(self) -> dict[str, torch.Tensor]:
+        """Full (unsharded) HF-named tensors for a GPS Write. Collective under FSDP."""
+        model = self._require_model("state_dict_hf")
+        with torch.no_grad():
+            full = {k: (v.full_tensor() if isinstance(v, DTensor) else v.detach().clone())
+                    for k, v in model.state_dict().items()}
+        return self.adapter.to_hf(full)
+
+    def release_parameters(self) -> dict[str, Any]:
+        """Shift down: frees the rank-local parameter storage (GPS holds the weights)."""
+        if self.model is None:
+            raise StateError("Trainer.release_parameters: call setup() first")
+        if self._released:
+            return {"trainer/release/bytes": 0}
+        seen, total = set(), 0
+        for p in self.model.parameters():
+            s = local_tensor(p).untyped_storage()
+            if s.data_ptr() in seen or s.nbytes() == 0:
+                continue
+            seen.add(s.data_ptr())
+            self._released.append((p, s.nbytes()))
+            total += s.nbytes()
+            s.resize_(0)
+        return {"trainer/release/bytes": total}
+
+    # ---------------------------------------------------------------- shifting
+    def _offloadable(self) -> list[torch.Tensor]:
+        assert self.model is not None and self.optimizer is not None
+        out = [t for st in self.optimizer.state.values() for t in st.values()
+               if isinstance(t, torch.Tensor)]
+        out += [p.grad for p in self.model.parameters() if p.grad is not None]
+        return out
+
+    def offload(self) -> dict[str, Any]:
+        """Moves optimizer state and gradients to host buffers and frees the originals."""
+        if self.model is None:
+            raise StateError("Trainer.offload: call setup() first")
+        if self._stash:
+            raise StateError("Trainer.offload: already offloaded; call reload() first")
+        nbytes, secs = self._stash.offload(self._offloadable())
+        return {"trainer/offload/bytes": nbytes, "trainer/offload/seconds": secs}
+
+    def reload(self) -> dict[str, Any]:
+        """Brings the offloaded optimizer state and gradients back, bit-identical."""
+        nbytes, secs = self._stash.reload()
+        return {"trainer/reload/bytes": nbytes, "trainer/reload/seconds": secs}
+
+    def context_items(self) -> list[tuple[str, str, int]]:
+        """(name, category, rank-local bytes) of what the role holds (sec. 5.2).
+
+        Sizes are logical: an offloaded or released item keeps its size. The preserved
+        items (process group, model definition) are host objects with no tensor bytes.
+        """
+        if self.model is None or self.optimizer is None:
+            raise StateError("Trainer.context_items: call setup() first")
+        params = (sum(n for _, n in self._released) if self._released
+                  else storage_bytes(self.model.parameters()))
+        opt_t = [t for st in self.optimizer.state.values() for t in st.values()
+                 if isinstance(t, torch.Tensor)]
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        stashed = self._stash.nbytes
+        return [
+            ("activations", "temporary", self._activation_bytes),
+            ("rope_cache", "temporary", storage_bytes(self.model.buffers())),
+            ("model.parameters", "parameters", params),
+            ("optimizer.state", "offloadable", stashed or storage_bytes(opt_t)),
+            ("gradients", "offloadable", 0 if stashed else storage_bytes(grads)),
+            ("process_group", "preserved", 0),
+            ("model.definition", "preserved", 0),
+        ]
+
+    # ---------------------------------------------------------------- training
+    def _my_rows(self, batch: TrainBatch) -> TrainBatch:
+        if batch.num_rows < self.world_size:
+            raise ValueError(f"TrainBatch has {batch.num_rows} rows but the trainer has "
+                             f"{self.world_size} data-parallel ranks; send >= 1 row a rank")
+        bounds = torch.tensor_split(torch.arange(batch.num_rows), self.world_size)[self.rank]
+        return batch.rows(slice(int(bounds[0]), int(bounds[-1]) + 1))
+
+    def _logprobs(self, model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+        return token_logprobs(model(ids), ids)
+
+    def compute_logprobs(self, batch: TrainBatch) -> torch.Tensor:
+        """[B, L] fp32 log-probs of ``batch.input_ids`` under the current weights.
+
+        Column t is log p(ids[t] | ids[:t]); column 0 is 0 and padded positions are
+        meaningless. Under FSDP each rank computes its rows and the result is gathered.
+        """
+        model = self._require_model("compute_logprobs")
+        batch.check(self.shape.vocab_size, self.model_config.layers[0].attention.rope.max_seq_len)
+        mine = self._my_rows(batch)
+        with torch.no_grad():
+            lp = self._logprobs(model, mine.input_ids.long())
+        if self.world_size == 1:
+            return lp
+        rows = torch.tensor_split(torch.arange(batch.num_rows), self.world_size)
+        width = max(len(r) for r in rows)
+        padded = torch.zeros(width, lp.shape[1])
+        padded[: lp.shape[0]] = lp
+        parts = [torch.empty_like(padded) for _ in range(self.world_size)]
+        dist.all_gather(parts, padded)
+        return torch.cat([p[: len(r)] for p, r in zip(parts, rows)])
+
+    def forward_backward(self, batch: TrainBatch, num_tokens: int | None = None
+                         ) -> dict[str, float]:
+        """GRPO loss on this rank's rows, backward into (accumulating) gradients.
+
+        Args:
+            batch: the whole batch (every rank gets it; each trains on its rows).
+            num_tokens: the loss denominator; defaults to the batch's response tokens.
+                Pass the total over all micro-batches when accumulating.
+
+        Returns:
+            metrics summed over ranks (so equal on every rank), named trainer/fb/*.
+        """
+        model = self._require_model("forward_backward")
+        batch.check(self.shape.vocab_size, self.model_config.layers[0].attention.rope.max_seq_len)
+        denom = batch.num_response_tokens if num_tokens is None else num_tokens
+        if denom <= 0:
+            raise ValueError("TrainBatch.response_mask selects no token; nothing to train on")
+        t0 = time.perf_counter()
+        mine = self._my_rows(batch)
+        model.train()
+        saved: dict[int, int] = {}
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            s = t.untyped_storage()
+            saved[s.data_ptr()] = s.nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            lp = self._logprobs(model, mine.input_ids.long())
+        self._activation_bytes = sum(saved.values())
+        old = lp.detach() if mine.old_logprobs is None else mine.old_logprobs.float()
+        loss, metrics = self.loss_fn(lp, old, mine.advantages.float(),
+                                     mine.response_mask, num_tokens=denom)
+        loss.backward()
+        stats = torch.stack([metrics[k] for k in sorted(metrics)]).detach()
+        if self.world_size > 1:
+            dist.all_reduce(stats)
+        out = {f"trainer/fb/{k}": float(v) for k, v in zip(sorted(metrics), stats)}
+        if batch.policy_version is not None:
+            out["trainer/fb/staleness_max"] = float(self.version - batch.policy_version.min())
+        out["trainer/fb/tokens"] = float(denom)
+        out["trainer/fb/seconds"] = time.perf_counter() - t0
+        return out
+
+    def optim_step(self) -> dict[str, float]:
+        """Clips the global gradient norm, steps AdamW, clears grads, bumps the version."""
+        model = self._require_model("optim_step")
+        assert self.optimizer is not None
+        t0 = time.perf_counter()
+        params = [p for p in model.parameters() if p.grad is not None]
+        if not params:
+            raise StateError("Trainer.optim_step: no gradients; call forward_backward first")
+        max_norm = self.config.optimizer.max_grad_norm
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else
+                                              float("inf"))
+        if isinstance(norm, DTensor):
+            norm = norm.full_tensor()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.version += 1
+        return {"trainer/optim/grad_norm": float(norm), "trainer/optim/version": self.version,
+                "trainer/optim/seconds": time.perf_counter() - t0}
+
+
+def _apply_fsdp(model: torch.nn.Module, world_size: int) -> None:
+    """FSDP2 per transformer block and at the root, over the default (gloo) group."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+    from torchtitan.distributed.utils import set_spmd_backend
+
+    set_spmd_backend("partial_dtensor")  # spmd_types needs torch >= 2.14 (STACK.md)
+    mesh = init_device_mesh("cpu", (world_size,), mesh_dim_names=("fsdp",))
+    for block in model.layers.values():
+        fully_shard(block, mesh=mesh, reshard_after_forward=True)
+    fully_shard(model, mesh=mesh, reshard_after_forward=True)
+    for m in model.modules():
+        if isinstance(m, FSDPModule):
+            m.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM / AVG
+            m.set_gradient_divide_factor(1.0)  # the loss is already over global tokens
+
+
+class TrainerActor(Actor):
+    """One training proc: a thin Monarch shell around ``Trainer`` (all endpoints sync).
+
+    Spawn on a proc mesh, call ``setup_torch_elastic_env(procs)`` from the controller,
+    then ``setup.call()``: it joins the gloo group (when the mesh has more than one proc)
+    and builds the FSDP2 model. Every other endpoint is collective: call it on all ranks.
+    """
+
+    def __init__(self, config: Trainer.Config) -> None:
+        self.trainer = Trainer(config)
+
+    @endpoint
+    def setup(self) -> dict[str, Any]:
+        import os
+
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world > 1 and not dist.is_initialized():
+            t0 = time.perf_counter()
+            dist.init_process_group("gloo")
+            logger.info("rank %d/%d joined gloo in %.2fs", dist.get_rank(), world,
+                        time.perf_counter() - t0)
+        return self.trainer.setup()
+
+    @endpoint
+    def load_hf_state_dict(self, hf_state_dict: dict[str, torch.Tensor]) -> dict[str, Any]:
+        return self.trainer.load_hf_state_dict(hf_state_dict)
+
+    @endpoint
+    def compute_logprobs(self, batch: TrainBatch) -> torch.Tensor:
+        return self.trainer.compute_logprobs(batch)
+
+    @endpoint
+    def forward_backward(self, batch: TrainBatch, num_tokens: int | None = None
+                         ) -> dict[str, float]:
+        return self.trainer.forward_backward(batch, num_tokens)
+
+    @endpoint
+    def optim_step(self) -> dict[str, float]:
+        return self.trainer.optim_step()
+
+    @endpoint
+    def state_dict_hf(self, only_rank0: bool = False) -> dict[str, torch.Tensor]:
+        """Full HF tensors on every rank, or only on rank 0 (the others return {})."""
+        sd = self.trainer.state_dict_hf()
+        return {} if only_rank0 and self.trainer.rank != 0 else sd
+
+    @endpoint
+    def offload(self) -> dict[str, Any]:
+        return self.trainer.offload()
+
+    @endpoint
+    def reload(self) -> dict[str, Any]:
+        return self.trainer.reload()
+
+    @endpoint
+    def release_parameters(self) -> dict[str, Any]:
+        return self.trainer.release_parameters()
+
+    @endpoint
+    def context_items(self) -> list[tuple[str, str, int]]:
+        return self.trainer.context_items()
