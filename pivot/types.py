@@ -137,10 +137,12 @@ class RoleLoad:
 
     role: Role
     replicas: list[ReplicaView]
-    waiting: list[int]
-    """Lengths of the sequences in the role's shared waiting queue, in priority order."""
+    waiting: list[tuple[int, int]]
+    """(sequence id, length) of the sequences in the role's waiting queue, in priority order."""
     replica_devices: int
     """Devices one replica of this role needs (TP x EP x PP of its model)."""
+    kv_capacity: int
+    """KV capacity in tokens of a new replica of this role."""
     max_replicas: int
     """I: replicas the role could own if it had every device of the pool."""
     tau_shift: float = 1.0
@@ -208,8 +210,9 @@ class WorkloadSnapshot:
 
         seen_seq: dict[int, str] = {}
         for load in (self.rollout, self.reward):
-            if load.replica_devices <= 0:
-                raise StateError(f"{load.role.value}: replica_devices must be > 0")
+            if load.replica_devices <= 0 or load.kv_capacity <= 0:
+                raise StateError(f"{load.role.value}: replica_devices and kv_capacity must "
+                                 f"be > 0, got {load.replica_devices} and {load.kv_capacity}")
             if load.tau_shift < 0:
                 raise StateError(f"{load.role.value}: tau_shift must be >= 0, "
                                  f"got {load.tau_shift}")

@@ -1,0 +1,17 @@
+"""The planner (sec. 7, app. D): monitor snapshot in, shift plan out.
+
+    planner = PivotPlanner(rollout_model, reward_model, H=60.0)
+    plan = planner.plan(snapshot)   # ShiftPlan or None
+
+Strategies behind the same interface: ``NoShiftPlanner`` (static allocation),
+``StaticPlanner``, ``RuleBasedPlanner``, and the ablations ``VanillaPlanner`` and
+``ThroughputModelPlanner``.
+"""
+
+from pivot.planner.base import Planner
+from pivot.planner.plan import ShiftDown, ShiftPlan
+from pivot.planner.pivot_planner import PivotPlanner, ThroughputModelPlanner, VanillaPlanner
+from pivot.planner.strategies import NoShiftPlanner, RuleBasedPlanner, StaticPlanner
+
+__all__ = ["Planner", "ShiftDown", "ShiftPlan", "PivotPlanner", "ThroughputModelPlanner",
+           "VanillaPlanner", "NoShiftPlanner", "RuleBasedPlanner", "StaticPlanner"]

@@ -1,0 +1,128 @@
+"""PivotRL's planner: the five-step procedure of sec. 7.1 (fig. 8).
+
+1. determine the shift-up role; 2. prepare shift pairs sorted by penalty phi;
+3. construct one candidate per shift-up count with the DP of alg. 1;
+4. evaluate each by simulating migration and taking eq. 1's overall throughput;
+5. select the candidate with the largest positive benefit B = H (T_cand - T_cur) - phi.
+"""
+
+from __future__ import annotations
+
+import time
+
+import gin
+
+from pivot.errors import StateError
+from pivot.planner.base import Planner
+from pivot.planner.candidates import construct_candidates
+from pivot.planner.evaluate import overall_throughput, simulate_shift_down, simulate_shift_up
+from pivot.planner.plan import ShiftDown, ShiftPlan
+from pivot.planner.shift_pairs import (ShiftPair, choose_shift_up_role, prepare_shift_pairs,
+                                       role_throughput)
+from pivot.scheduler.throughput import BinaryThroughputModel, ThroughputModel
+from pivot.types import Role, WorkloadSnapshot
+
+
+@gin.configurable
+class PivotPlanner(Planner):
+    """Args:
+        rollout_model / reward_model: throughput models (sec. 6.1).
+        H: seconds a shift's throughput gain is expected to last (sec. 7.3, default 60).
+        migrate: simulate alg. 4's migration loop (False for the "+ throughput model"
+            ablation, matching a scheduler built with ``migrate_on_shift_up=False``).
+    """
+
+    def __init__(self, rollout_model: ThroughputModel, reward_model: ThroughputModel,
+                 H: float = 60.0, migrate: bool = True) -> None:
+        super().__init__(rollout_model, reward_model)
+        if not H > 0:
+            raise StateError(f"H must be > 0 seconds, got {H}")
+        self.H = H
+        self.migrate = migrate
+        self.last_timings: dict[str, float] = {}
+
+    def _plan(self, snap: WorkloadSnapshot) -> ShiftPlan | None:
+        t0 = time.perf_counter()
+        up = choose_shift_up_role(snap, self.models)
+        if up is Role.TRAINING:
+            plan = self.training_up(snap)
+            self.last_timings = {"preprocess": time.perf_counter() - t0,
+                                 "construct": 0.0, "simulate": 0.0}
+            return plan
+        plan = self._plan_inference(snap, up, t0)
+        if plan is None and snap.idle_devices:
+            # The chosen role may be unable to use the idle devices (replica size); offer
+            # them to the other role rather than leave them idle.
+            other = Role.REWARD if up is Role.ROLLOUT else Role.ROLLOUT
+            plan = self._plan_inference(snap, other, time.perf_counter(), idle_only=True)
+        return plan
+
+    def _plan_inference(self, snap: WorkloadSnapshot, up: Role, t0: float,
+                        idle_only: bool = False) -> ShiftPlan | None:
+        up_load = snap.role_load(up)
+        other = Role.REWARD if up is Role.ROLLOUT else Role.ROLLOUT
+        down_load = snap.role_load(other)
+        pairs = prepare_shift_pairs(snap, up, self.models)
+        if idle_only:
+            pairs = [p for p in pairs if all(d.role is None for d in p.down)]
+        K = min(up_load.max_replicas - len(up_load.replicas), sum(p.r for p in pairs))
+        t1 = time.perf_counter()
+        cands = construct_candidates(pairs, K) if K > 0 else {}
+        t2 = time.perf_counter()
+
+        n = {Role.ROLLOUT: snap.rollout.num_seqs, Role.REWARD: snap.reward.num_seqs}
+        t_now = {r: role_throughput(snap.role_load(r), self.models[r]) for r in n}
+        t_cur = overall_throughput(n[Role.ROLLOUT], t_now[Role.ROLLOUT],
+                                   n[Role.REWARD], t_now[Role.REWARD])
+        best: ShiftPlan | None = None
+        for k, (phi, choice) in cands.items():
+            down, up_devs = self._assemble(pairs, choice)
+            t_after = dict(t_now)
+            t_after[up] = simulate_shift_up(up_load, self.models[up], up_devs, self.migrate)
+            donors = [d.replica_id for d in down if d.role is other]
+            if donors:
+                t_after[other] = simulate_shift_down(down_load, self.models[other], donors)
+            t_cand = overall_throughput(n[Role.ROLLOUT], t_after[Role.ROLLOUT],
+                                        n[Role.REWARD], t_after[Role.REWARD])
+            gain = self.H * (t_cand - t_cur)
+            benefit = gain - phi
+            if benefit > 0 and (best is None or benefit > best.benefit):
+                best = ShiftPlan(up, down, up_devs, penalty=phi, gain=gain, benefit=benefit,
+                                 t_current=t_cur, t_candidate=t_cand,
+                                 reason=f"{up.value} +{k} replicas, {len(donors)} "
+                                        f"{other.value} replicas down")
+        t3 = time.perf_counter()
+        self.last_timings = {"preprocess": t1 - t0, "construct": t2 - t1, "simulate": t3 - t2}
+        if best is not None:
+            best.timings.update(self.last_timings)
+        return best
+
+    @staticmethod
+    def _assemble(pairs: list[ShiftPair], choice) -> tuple[tuple[ShiftDown, ...],
+                                                           tuple[tuple[int, ...], ...]]:
+        down: list[ShiftDown] = []
+        up_devs: list[tuple[int, ...]] = []
+        for i, e in choice:
+            down.extend(pairs[i].down)
+            up_devs.extend(pairs[i].up_devices[:e])
+        return tuple(down), tuple(up_devs)
+
+
+@gin.configurable
+class ThroughputModelPlanner(PivotPlanner):
+    """Ablation "vanilla + throughput model" (sec. 8.4): no shift-up migration."""
+
+    def __init__(self, rollout_model: ThroughputModel, reward_model: ThroughputModel,
+                 H: float = 60.0) -> None:
+        super().__init__(rollout_model, reward_model, H=H, migrate=False)
+
+
+@gin.configurable
+class VanillaPlanner(PivotPlanner):
+    """Ablation "vanilla" (sec. 8.4): replica throughput is 0 or 1 (busy or not) and no
+    migration; only the runtime and the planner's procedure remain."""
+
+    def __init__(self, rollout_model: ThroughputModel | None = None,
+                 reward_model: ThroughputModel | None = None, H: float = 60.0) -> None:
+        super().__init__(BinaryThroughputModel(), BinaryThroughputModel(), H=H,
+                         migrate=False)

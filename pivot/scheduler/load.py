@@ -1,0 +1,179 @@
+"""Per-replica load arrays and the dispatch rule shared by every scheduling backend.
+
+Two backends implement the same operations, so the migration algorithms of
+``pivot.scheduler.migration`` run unchanged on both:
+
+- ``ShiftAwareScheduler``: the real scheduler, with ``SequenceState`` objects;
+- ``WhatIfLoad``: the planner's scratch copy of a role's load (sec. 7.3), built from a
+  ``RoleLoad`` snapshot in O(replicas): per-replica sequence maps are shared with the
+  snapshot and copied only when a migration touches them, so evaluating many candidate
+  plans stays cheap at 1024 devices.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Iterable, Mapping
+
+import numpy as np
+
+from pivot.errors import StateError
+from pivot.scheduler.actions import Abort, Action, Dispatch
+from pivot.scheduler.throughput import ThroughputModel
+from pivot.types import ReplicaView, RoleLoad
+
+
+class LoadArrays:
+    """N_seq, N_tok and KV capacity of the active replicas as arrays, plus Dispatch's
+    choice of replica (sec. 6.1): the eligible one with the largest gain Delta T_i."""
+
+    def __init__(self, model: ThroughputModel, kv_reserve: int = 0) -> None:
+        self.model = model
+        self.kv_reserve = kv_reserve
+        self._ids: list[str] = []
+        self._index: dict[str, int] = {}
+        self._nseq = np.zeros(0)
+        self._ntok = np.zeros(0)
+        self._cap = np.zeros(0)
+
+    def _set_arrays(self, ids: list[str], nseq: list[int], ntok: list[int],
+                    cap: list[int]) -> None:
+        self._ids = ids
+        self._index = {rid: i for i, rid in enumerate(ids)}
+        self._nseq = np.array(nseq, dtype=float)
+        self._ntok = np.array(ntok, dtype=float)
+        self._cap = np.array(cap, dtype=float)
+
+    def mask_of(self, replica_ids: Iterable[str] | None) -> np.ndarray | None:
+        if replica_ids is None:
+            return None
+        mask = np.zeros(len(self._ids), dtype=bool)
+        for rid in replica_ids:
+            if rid not in self._index:
+                raise StateError(f"unknown replica {rid!r}")
+            mask[self._index[rid]] = True
+        return mask
+
+    def best_replica(self, length: int, mask: np.ndarray | None = None) -> int | None:
+        """Index of the eligible replica with the largest gain, or None if none has room."""
+        if not self._ids:
+            return None
+        ok = (self._cap - self._ntok) >= length + self.kv_reserve
+        if mask is not None:
+            ok &= mask
+        if not ok.any():
+            return None
+        gains = np.where(ok, self.model.gains(self._nseq, self._ntok, length), -np.inf)
+        return int(np.argmax(gains))
+
+    def throughput_at(self, i: int) -> float:
+        return self.model.throughput(int(self._nseq[i]), int(self._ntok[i]))
+
+    def replica_throughput(self, replica_id: str) -> float:
+        return self.throughput_at(self._index[replica_id])
+
+    def aggregate_throughput(self) -> float:
+        """Sum of the modeled T_i over active replicas (EvaluateThroughput of alg. 4)."""
+        return float(sum(self.model.throughput(int(n), int(t))
+                         for n, t in zip(self._nseq, self._ntok)))
+
+    @property
+    def replica_ids(self) -> list[str]:
+        return list(self._ids)
+
+
+class WhatIfLoad(LoadArrays):
+    """A role's load reduced to sequence lengths, for the planner's migration simulation.
+
+    Waiting sequences keep their queue order (``RoleLoad.waiting`` is in priority order);
+    an aborted sequence re-enters the queue ordered by its sequence id, which matches the
+    default priority.
+    """
+
+    def __init__(self, load: RoleLoad, model: ThroughputModel, kv_reserve: int = 0) -> None:
+        super().__init__(model, kv_reserve)
+        self._base: list[Mapping[int, int]] = [r.running for r in load.replicas]
+        self._own: dict[int, dict[int, int]] = {}
+        self._set_arrays([r.replica_id for r in load.replicas],
+                         [r.num_seqs for r in load.replicas],
+                         [r.num_tokens for r in load.replicas],
+                         [r.kv_capacity for r in load.replicas])
+        # (key, seq id, length); waiting keys keep the snapshot's order ahead of ties.
+        self._queue: list[tuple[tuple[int, int], int, int]] = [
+            ((sid, k), sid, length) for k, (sid, length) in enumerate(load.waiting)]
+        heapq.heapify(self._queue)
+
+    def running(self, i: int) -> Mapping[int, int]:
+        return self._own.get(i, self._base[i])
+
+    def _mut(self, i: int) -> dict[int, int]:
+        if i not in self._own:
+            self._own[i] = dict(self._base[i])
+        return self._own[i]
+
+    def queue_size(self) -> int:
+        return len(self._queue)
+
+    def add_replicas(self, views: Iterable[ReplicaView]) -> None:
+        views = list(views)
+        for v in views:
+            if v.replica_id in self._index:
+                raise StateError(f"replica {v.replica_id} is already active")
+        self._base.extend(v.running for v in views)
+        self._set_arrays(self._ids + [v.replica_id for v in views],
+                         list(self._nseq) + [v.num_seqs for v in views],
+                         list(self._ntok) + [v.num_tokens for v in views],
+                         list(self._cap) + [v.kv_capacity for v in views])
+
+    def _remove_replicas(self, replica_ids: Iterable[str]) -> None:
+        drop = {self._index[r] for r in replica_ids}
+        keep = [i for i in range(len(self._ids)) if i not in drop]
+        for i in drop:
+            if self.running(i):
+                raise StateError(f"replica {self._ids[i]} still runs sequences")
+        self._base = [self.running(i) for i in keep]
+        self._own = {}
+        self._set_arrays([self._ids[i] for i in keep], [int(self._nseq[i]) for i in keep],
+                         [int(self._ntok[i]) for i in keep], [int(self._cap[i]) for i in keep])
+
+    def abort(self, replica_id: str, which: str | int = "all") -> list[Abort]:
+        i = self._index[replica_id]
+        run = self._mut(i)
+        if which == "all":
+            targets = list(run)
+        elif which == "shortest":
+            targets = [min(run, key=lambda s: (run[s], s))] if run else []
+        else:
+            targets = [int(which)]
+        out = []
+        for sid in targets:
+            length = run.pop(sid)
+            self._nseq[i] -= 1
+            self._ntok[i] -= length
+            heapq.heappush(self._queue, ((sid, -1), sid, length))
+            out.append(Abort(sid, replica_id))
+        return out
+
+    def dispatch(self, replica_ids: Iterable[str] | None = None) -> list[Dispatch]:
+        mask = self.mask_of(replica_ids)
+        out = []
+        while self._queue:
+            _, sid, length = self._queue[0]
+            i = self.best_replica(length, mask)
+            if i is None:
+                break
+            heapq.heappop(self._queue)
+            self._mut(i)[sid] = length
+            self._nseq[i] += 1
+            self._ntok[i] += length
+            out.append(Dispatch(sid, self._ids[i]))
+        return out
+
+    def move(self, seq_id: int, src: int, dst: int) -> list[Action]:
+        length = self._mut(src).pop(seq_id)
+        self._nseq[src] -= 1
+        self._ntok[src] -= length
+        self._mut(dst)[seq_id] = length
+        self._nseq[dst] += 1
+        self._ntok[dst] += length
+        return [Abort(seq_id, self._ids[src]), Dispatch(seq_id, self._ids[dst], resume=True)]

@@ -1,0 +1,95 @@
+"""Shift-time sequence migration: alg. 3 (shift down) and alg. 4 (shift up), app. C.1.
+
+Both reduce to the two operations of alg. 2, Abort and Dispatch. They run on any
+``LoadArrays`` backend: the real ``ShiftAwareScheduler``, and the planner's ``WhatIfLoad``
+(sec. 7.3), so the planner simulates migration with exactly this code.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from pivot.errors import StateError
+from pivot.scheduler.actions import Action
+from pivot.scheduler.load import LoadArrays
+from pivot.types import ReplicaView
+
+
+def shift_down_migration(sched: LoadArrays, down: list[str]) -> list[Action]:
+    """Alg. 3: Abort(r, All, Q) for every shift-down replica, then Dispatch(Q, R').
+
+    The replicas in ``down`` leave the active set; their sequences keep their generated
+    tokens and resume elsewhere after a re-prefill (or wait in the queue).
+    """
+    if len(set(down)) != len(down):
+        raise StateError(f"shift down lists a replica twice: {down}")
+    actions: list[Action] = []
+    for rid in down:
+        actions.extend(sched.abort(rid, "all"))
+    sched._remove_replicas(down)
+    actions.extend(sched.dispatch())
+    return actions
+
+
+def shift_up_migration(sched: LoadArrays, up: list[ReplicaView],
+                       migrate: bool = True) -> list[Action]:
+    """Alg. 4: Dispatch(Q, R_up), then migrate the shortest sequence of the replica with
+    the highest modeled throughput while the aggregate throughput improves.
+
+    One refinement over the pseudocode: each migration is evaluated before it is carried
+    out (the destination is the one Dispatch would pick), so the final, non-improving move
+    of alg. 4 is never executed; the modeled aggregate throughput therefore never drops and
+    no sequence pays a re-prefill for nothing. The heap is keyed by current throughput and
+    refreshed for both ends of a move (alg. 4 refreshes only the source).
+
+    Args:
+        up: the new replicas; they must be empty.
+        migrate: False gives the "+ throughput model" ablation (no migration loop).
+    """
+    for v in up:
+        if v.running or v.num_tokens:
+            raise StateError(f"shift-up replica {v.replica_id} must start empty")
+    sched.add_replicas(up)
+    actions: list[Action] = list(sched.dispatch([v.replica_id for v in up]))
+    if not migrate or sched.queue_size():
+        # Sequences still wait: every replica is full for the queue's head, so moving a
+        # running sequence cannot help.
+        return actions
+
+    model = sched.model
+    ids = sched._ids
+    nseq, ntok = sched._nseq, sched._ntok
+    version = [0] * len(ids)
+    heap = [(-model.throughput(int(nseq[i]), int(ntok[i])), 0, i) for i in range(len(ids))]
+    heapq.heapify(heap)
+    for _ in range(int(nseq.sum())):
+        while heap and heap[0][1] != version[heap[0][2]]:
+            heapq.heappop(heap)
+        if not heap:
+            break
+        neg_t, _, src = heap[0]
+        run = sched.running(src)
+        if not run:
+            break
+        sid = min(run, key=lambda s: (run[s], s))
+        length = run[sid]
+        # Tentatively take it off, pick the destination Dispatch would choose.
+        n0, t0 = int(nseq[src]), int(ntok[src])
+        nseq[src] -= 1
+        ntok[src] -= length
+        dst = sched.best_replica(length)
+        nseq[src] += 1
+        ntok[src] += length
+        if dst is None or dst == src:
+            break
+        n1, t1 = int(nseq[dst]), int(ntok[dst])
+        delta = (model.throughput(n0 - 1, t0 - length) - model.throughput(n0, t0)
+                 + model.throughput(n1 + 1, t1 + length) - model.throughput(n1, t1))
+        if delta <= 0:
+            break
+        actions.extend(sched.move(sid, src, dst))
+        for i in (src, dst):
+            version[i] += 1
+            heapq.heappush(heap, (-model.throughput(int(nseq[i]), int(ntok[i])),
+                                  version[i], i))
+    return actions
