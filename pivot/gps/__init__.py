@@ -1,0 +1,40 @@
+"""Global Parameter Storage (GPS): CPU copies of every model, Read and Write (sec. 5.1, app. B).
+
+The whole interface the runtime needs::
+
+    gps = GlobalParameterStorage(hosts, models, storage, device_host)   # actor.py
+    shards = gps.read(model, devices, layout)            # Read(M, G, P)
+    # -> {device: {param name: tensor}}: the shard of every parameter that device holds
+    #    under layout P (TP chunk along the parameter's split dim, only its PP stage's
+    #    parameters); version=None reads the latest, version=v a stored one.
+    v = gps.write(model, devices, layout, states)        # Write(M, G, P)
+    # states = {device: {param name: shard}} in the same form; returns the new version
+    # (an int increasing per model). write_async(...) returns a Future instead, so the
+    # Write overlaps the next training step. Writing "genrm" is an error: load() it once.
+
+``devices`` is G (device ids of the pool, rank order DP x PP x TP with TP innermost),
+``layout`` is P (:class:`ParallelLayout`, built with ``ParallelLayout.create(meta, dp=,
+tp=, pp=)``, default Qwen3 split dims). The storage layout comes from
+:func:`plan_storage` (replication first, HSDP-like groups under memory pressure).
+
+Modules: ``layout`` (P and the GPS layout), ``plan`` (refinement, greedy plan, cache),
+``storage`` (one host's versioned store), ``transport`` (shm / Monarch / NIXL paths),
+``actor`` (the per-host Monarch actor and the client).
+"""
+
+from pivot.gps.layout import (ModelMeta, ParallelLayout, ParamMeta, StorageLayout,
+                              plan_storage, qwen3_model, qwen3_split_dim)
+from pivot.gps.plan import Link, LinkProfile, Plan, Planner
+from pivot.gps.storage import HostStore, checksum
+
+__all__ = ["GlobalParameterStorage", "GPSActor", "HostStore", "Link", "LinkProfile",
+           "ModelMeta", "ParallelLayout", "ParamMeta", "Plan", "Planner", "StorageLayout",
+           "checksum", "plan_storage", "qwen3_model", "qwen3_split_dim"]
+
+
+def __getattr__(name: str):
+    # The actor module imports Monarch; load it only when asked for.
+    if name in ("GlobalParameterStorage", "GPSActor"):
+        from pivot.gps import actor
+        return getattr(actor, name)
+    raise AttributeError(name)

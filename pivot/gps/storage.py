@@ -1,0 +1,283 @@
+"""The host-memory store of one GPS host (paper sec. 5.1, appendix B.1).
+
+Models -> versions -> the shards this host holds. Each version lives in one flat arena file
+under ``/dev/shm`` so a reader on the same host maps it and copies a slice with a single
+memcpy (the stand-in for the node-local PCIe copy); its layout (offset of every shard) is
+the same for every version of a model.
+
+Atomicity: a Write builds the new version aside (``begin_write`` -> fill -> ``commit``) and
+``commit`` swaps the latest-version number under a lock. Readers pin a version
+(``acquire``/``release``); a version is dropped once it is neither the latest nor pinned,
+so a Read sees the old version or the new one, never a mix (the client also checks that all
+hosts it reads from pinned the same version, see :mod:`pivot.gps.actor`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import uuid
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import torch
+
+from pivot.errors import ConfigError, StateError
+from pivot.gps.layout import ModelMeta, StorageLayout, torch_dtype
+from pivot.types import GENRM
+
+logger = logging.getLogger(__name__)
+
+ShardKey = tuple[str, int]
+"""(parameter name, GPS shard index)."""
+
+_ALIGN = 64
+_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def checksum(t: torch.Tensor) -> int:
+    """A cheap checksum of a (possibly strided) tensor's bytes: the int64 sum of its words.
+
+    Catches corrupted, truncated or stale bytes; not order-sensitive, not cryptographic.
+    """
+    return int(t.view(_INT[t.element_size()]).sum(dtype=torch.int64))
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """Where one version of one model lies in one host's arena (picklable)."""
+
+    host: int
+    model: str
+    version: int
+    path: str
+    nbytes: int
+    entries: tuple[tuple[ShardKey, int, tuple[int, ...], str], ...]
+    """(shard key, byte offset, shape, dtype) per shard this host holds."""
+
+    def views(self, arena: torch.Tensor) -> dict[ShardKey, torch.Tensor]:
+        """The shard tensors inside a mapped ``arena`` (uint8, ``nbytes`` long)."""
+        out = {}
+        for key, off, shape, dtype in self.entries:
+            dt = torch_dtype(dtype)
+            n = dt.itemsize
+            for s in shape:
+                n *= s
+            out[key] = arena[off:off + n].view(dt).view(shape)
+        return out
+
+
+def map_arena(path: str, nbytes: int) -> torch.Tensor:
+    """Maps an arena file shared (writes reach the file; no copy is made)."""
+    return torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8)
+
+
+@dataclass
+class _Version:
+    manifest: Manifest
+    arena: torch.Tensor
+    tensors: dict[ShardKey, torch.Tensor]
+    checksums: dict[ShardKey, int] = field(default_factory=dict)
+    readers: int = 0
+
+
+class HostStore:
+    """The parameters one host holds, by model and version.
+
+    Args:
+        host: this host's index in the GPS layout.
+        storage: the GPS layout; this host holds the shards of slot ``host % k``.
+        models: the models' parameter lists, by name.
+        shm_dir: where arena files go (``/dev/shm``: memory, shared with local readers).
+    """
+
+    def __init__(self, host: int, storage: StorageLayout, models: Mapping[str, ModelMeta],
+                 shm_dir: str = "/dev/shm") -> None:
+        if not 0 <= host < storage.hosts:
+            raise ConfigError(f"HostStore: host {host} outside the GPS layout's "
+                              f"{storage.hosts} hosts")
+        self.host = host
+        self.storage = storage
+        self.models = dict(models)
+        self.shm_dir = shm_dir
+        self._tag = uuid.uuid4().hex[:8]
+        self._lock = threading.Lock()
+        self._latest: dict[str, int] = {}
+        self._versions: dict[str, dict[int, _Version]] = {m: {} for m in self.models}
+        self._staged: dict[tuple[str, int], _Version] = {}
+        self._layouts = {m: self._arena_layout(m) for m in self.models}
+
+    def _arena_layout(self, model: str) -> tuple[tuple[tuple[ShardKey, int, tuple[int, ...],
+                                                             str], ...], int]:
+        slot = self.host % self.storage.k
+        meta = {p.name: p for p in self.models[model].params}
+        entries, off = [], 0
+        for name, sh in self.storage.param_shards(model).items():
+            p = meta[name]
+            for i, ((a, b), s) in enumerate(zip(sh.rows, sh.slots)):
+                if s != slot:
+                    continue
+                shape = (b - a, *p.shape[1:])
+                entries.append(((name, i), off, shape, p.dtype))
+                off += -(-((b - a) * (p.nbytes // p.shape[0])) // _ALIGN) * _ALIGN
+        return tuple(entries), max(off, _ALIGN)
+
+    def _model(self, model: str) -> None:
+        if model not in self.models:
+            raise ConfigError(f"GPS host {self.host}: unknown model {model!r} (it holds: "
+                              f"{', '.join(self.models)}); fix the name or add the model")
+
+    # --- Write ---------------------------------------------------------------------------
+    def begin_write(self, model: str, version: int, *, initial: bool = False) -> Manifest:
+        """Allocates version ``version`` aside; fill it, then :meth:`commit` it.
+
+        ``initial`` marks the first install of a model (a checkpoint load); the GenRM is
+        frozen, so only that first install is allowed for it (sec. 5.1).
+        """
+        self._model(model)
+        with self._lock:
+            latest = self._latest.get(model)
+            if model == GENRM and not (initial and latest is None):
+                raise StateError(f"Write(M={GENRM!r}) is not allowed: the GenRM is frozen "
+                                 f"(sec. 5.1) and GPS already holds it (version {latest}); "
+                                 f"only the initial load may install it")
+            if latest is not None and version <= latest:
+                raise StateError(f"GPS host {self.host}: {model} version {version} is not "
+                                 f"newer than the stored version {latest}; versions increase")
+            if (model, version) in self._staged:
+                raise StateError(f"GPS host {self.host}: {model} version {version} is "
+                                 f"already being written")
+        entries, nbytes = self._layouts[model]
+        path = os.path.join(self.shm_dir, f"pivot-gps-{self._tag}-h{self.host}-{model}-"
+                                          f"v{version}")
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        try:
+            os.ftruncate(fd, nbytes)
+        finally:
+            os.close(fd)
+        arena = map_arena(path, nbytes)
+        man = Manifest(self.host, model, version, path, nbytes, entries)
+        with self._lock:
+            self._staged[(model, version)] = _Version(man, arena, man.views(arena))
+        return man
+
+    def put(self, model: str, version: int,
+            items: Sequence[tuple[str, int, tuple[slice, ...], torch.Tensor]]) -> None:
+        """Copies slices into a staged version: (param, shard, box in shard, tensor)."""
+        st = self._staged_version(model, version)
+        for name, shard, box, t in items:
+            st.tensors[(name, shard)][box].copy_(t)
+
+    def commit(self, model: str, version: int,
+               expected: Sequence[tuple[str, int, tuple[slice, ...], int]] = ()) -> None:
+        """Verifies the staged slices against ``expected`` (param, shard, box, checksum)
+        and installs the version atomically. On a mismatch nothing is installed."""
+        st = self._staged_version(model, version)
+        for name, shard, box, want in expected:
+            got = checksum(st.tensors[(name, shard)][box])
+            if got != want:
+                self.abort(model, version)
+                raise StateError(f"GPS host {self.host}: checksum mismatch writing {model} "
+                                 f"v{version} {name} shard {shard} {box}: got {got}, sent "
+                                 f"{want}; the write was discarded, retry it")
+        with self._lock:
+            self._staged.pop((model, version))
+            self._versions[model][version] = st
+            self._latest[model] = version
+            self._gc(model)
+
+    def abort(self, model: str, version: int) -> None:
+        """Discards a staged version (stored versions are untouched)."""
+        with self._lock:
+            st = self._staged.pop((model, version), None)
+        if st is not None:
+            _unlink(st.manifest.path)
+
+    def _staged_version(self, model: str, version: int) -> _Version:
+        with self._lock:
+            st = self._staged.get((model, version))
+        if st is None:
+            raise StateError(f"GPS host {self.host}: no write of {model} version {version} "
+                             f"in progress; call begin_write first")
+        return st
+
+    # --- Read ----------------------------------------------------------------------------
+    def latest(self, model: str) -> int | None:
+        self._model(model)
+        with self._lock:
+            return self._latest.get(model)
+
+    def acquire(self, model: str, version: int | None = None) -> Manifest:
+        """Pins a version (default: the latest) until :meth:`release`; returns its manifest."""
+        self._model(model)
+        with self._lock:
+            if version is None:
+                version = self._latest.get(model)
+                if version is None:
+                    raise StateError(f"GPS host {self.host}: model {model!r} has no version "
+                                     f"yet; Write (or load) it before reading")
+            v = self._versions[model].get(version)
+            if v is None:
+                have = sorted(self._versions[model])
+                raise StateError(f"GPS host {self.host}: {model} has no version {version} "
+                                 f"(stored: {have}); read the latest or a stored version")
+            v.readers += 1
+            return v.manifest
+
+    def release(self, model: str, version: int) -> None:
+        with self._lock:
+            v = self._versions.get(model, {}).get(version)
+            if v is None or v.readers == 0:
+                raise StateError(f"GPS host {self.host}: release of {model} v{version} "
+                                 f"that is not acquired")
+            v.readers -= 1
+            self._gc(model)
+
+    def get(self, model: str, version: int,
+            items: Sequence[tuple[str, int, tuple[slice, ...]]]
+            ) -> list[tuple[torch.Tensor, int]]:
+        """Copies of slices of a pinned version, each with its checksum (remote path)."""
+        with self._lock:
+            v = self._versions[model].get(version)
+        if v is None or v.readers == 0:
+            raise StateError(f"GPS host {self.host}: {model} v{version} is not acquired")
+        out = []
+        for name, shard, box in items:
+            t = v.tensors[(name, shard)][box].clone()
+            out.append((t, checksum(t)))
+        return out
+
+    def tensors(self, model: str, version: int) -> dict[ShardKey, torch.Tensor]:
+        """The stored shards of a version (in-process access; do not modify)."""
+        with self._lock:
+            return dict(self._versions[model][version].tensors)
+
+    def versions(self, model: str) -> list[int]:
+        with self._lock:
+            return sorted(self._versions[model])
+
+    def _gc(self, model: str) -> None:
+        latest = self._latest.get(model)
+        for n in [n for n, v in self._versions[model].items()
+                  if n != latest and v.readers == 0]:
+            v = self._versions[model].pop(n)
+            _unlink(v.manifest.path)
+
+    def close(self) -> None:
+        """Removes every arena file of this store."""
+        with self._lock:
+            vs = [v for d in self._versions.values() for v in d.values()]
+            vs += list(self._staged.values())
+            self._versions = {m: {} for m in self.models}
+            self._staged.clear()
+            self._latest.clear()
+        for v in vs:
+            _unlink(v.manifest.path)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

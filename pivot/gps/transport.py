@@ -1,0 +1,129 @@
+"""How atomic slices move between a GPS host and the caller (paper appendix B.2).
+
+A :class:`Transport` executes the transfers of one (GPS host, device) pair of a plan. Which
+one runs per link type is the client's choice (:class:`pivot.gps.actor.GlobalParameterStorage`):
+
+* :class:`ShmTransport` (host-local links): the host's arena lives in ``/dev/shm``; the
+  caller maps it and copies each slice with one memcpy, the honest stand-in for the
+  node-local PCIe copy. The fastest path here (memcpy speed).
+* :class:`MonarchTransport` (remote links, and the fallback for everything): slices travel
+  as Monarch endpoint arguments and results (see STACK.md: 110-210 MB/s). It works between
+  any two processes the actor mesh reaches.
+* NIXL (the paper's path over UCX/RDMA) lives in :mod:`pivot.gps.nixl` behind this same
+  interface.
+
+Every slice carries its size and checksum; with ``verify`` a mismatch raises StateError.
+"""
+
+from __future__ import annotations
+
+import abc
+import collections
+import logging
+from typing import Any, Sequence
+
+import torch
+
+from pivot.errors import StateError
+from pivot.gps.plan import Transfer
+from pivot.gps.storage import Manifest, checksum, map_arena
+
+logger = logging.getLogger(__name__)
+
+Expected = tuple[str, int, tuple[slice, ...], int]
+"""(param, shard, box in shard, checksum) that a host verifies on commit."""
+
+
+def _mismatch(what: str, t: Transfer, got: int, want: int) -> StateError:
+    return StateError(f"checksum mismatch on {what} of {t.param} shard {t.shard} "
+                      f"{t.shard_box} ({t.nbytes} bytes): received {got}, sent {want}; "
+                      f"the data is corrupt, retry the operation")
+
+
+class Transport(abc.ABC):
+    """Moves the slices of one (host, device) pair."""
+
+    name: str = "transport"
+
+    @abc.abstractmethod
+    def read(self, host: Any, manifest: Manifest, transfers: Sequence[Transfer],
+             dst: dict[str, torch.Tensor], verify: bool = False) -> None:
+        """Copies every transfer's slice from the host's version into ``dst[param]``."""
+
+    @abc.abstractmethod
+    def write(self, host: Any, manifest: Manifest, transfers: Sequence[Transfer],
+              src: dict[str, torch.Tensor], verify: bool = False) -> list[Expected]:
+        """Copies every slice of ``src`` into the host's staged version; returns the
+        checksums the host must find on commit (empty without ``verify``)."""
+
+
+class ShmTransport(Transport):
+    """Host-local path: map the host's shared-memory arena and memcpy (one copy)."""
+
+    name = "shm"
+
+    def __init__(self) -> None:
+        # One mapping per (host, model): the version read last. A mapping keeps an unlinked
+        # arena's memory alive, so older ones are dropped as soon as a newer one is read.
+        self._arenas: dict[tuple[int, str], tuple[str, dict]] = {}
+
+    def _views(self, manifest: Manifest, cache: bool = True) -> dict:
+        key = (manifest.host, manifest.model)
+        hit = self._arenas.get(key)
+        if hit is not None and hit[0] == manifest.path:
+            return hit[1]
+        try:
+            arena = map_arena(manifest.path, manifest.nbytes)
+        except RuntimeError as e:
+            raise StateError(f"cannot map GPS arena {manifest.path} of host "
+                             f"{manifest.host}: {e}; the host must be on this machine "
+                             f"for the shared-memory path") from e
+        views = manifest.views(arena)
+        if cache:
+            self._arenas[key] = (manifest.path, views)
+        return views
+
+    def read(self, host, manifest, transfers, dst, verify=False):
+        views = self._views(manifest)
+        for t in transfers:
+            s = views[(t.param, t.shard)][t.shard_box]
+            d = dst[t.param][t.target_box]
+            d.copy_(s)
+            if verify:
+                want, got = checksum(s), checksum(d)
+                if got != want:
+                    raise _mismatch("read", t, got, want)
+
+    def write(self, host, manifest, transfers, src, verify=False):
+        views = self._views(manifest, cache=False)
+        expected = []
+        for t in transfers:
+            s = src[t.param][t.target_box]
+            views[(t.param, t.shard)][t.shard_box].copy_(s)
+            if verify:
+                expected.append((t.param, t.shard, t.shard_box, checksum(s)))
+        return expected
+
+
+class MonarchTransport(Transport):
+    """Fallback path: slices as endpoint arguments and results of the host's actor."""
+
+    name = "monarch"
+
+    def read(self, host, manifest, transfers, dst, verify=False):
+        got = host.get(manifest.model, manifest.version,
+                       [(t.param, t.shard, t.shard_box) for t in transfers])
+        for t, (tensor, sent) in zip(transfers, got):
+            if verify and checksum(tensor) != sent:
+                raise _mismatch("read", t, checksum(tensor), sent)
+            dst[t.param][t.target_box].copy_(tensor)
+
+    def write(self, host, manifest, transfers, src, verify=False):
+        items, expected = [], []
+        for t in transfers:
+            s = src[t.param][t.target_box]
+            items.append((t.param, t.shard, t.shard_box, s.contiguous()))
+            if verify:
+                expected.append((t.param, t.shard, t.shard_box, checksum(s)))
+        host.put(manifest.model, manifest.version, items)
+        return expected
