@@ -66,10 +66,11 @@ SHIFT_DOWN_ORDER: tuple[ContextCategory, ...] = (
 """Free the cheapest-to-rebuild memory first."""
 
 SHIFT_UP_ORDER: tuple[ContextCategory, ...] = (
-    ContextCategory.PRESERVED, ContextCategory.OFFLOADABLE,
-    ContextCategory.PARAMETERS, ContextCategory.TEMPORARY,
+    ContextCategory.PRESERVED, ContextCategory.PARAMETERS,
+    ContextCategory.OFFLOADABLE, ContextCategory.TEMPORARY,
 )
-"""Reload state, Read parameters, then reserve temporary memory (lazily rebuilt)."""
+"""Read parameters, then reload state (gradients attach to the parameters they belong to),
+then reserve temporary memory (lazily rebuilt)."""
 
 
 @dataclass(frozen=True, slots=True)

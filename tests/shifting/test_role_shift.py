@@ -89,3 +89,8 @@ def test_inference_shifts_per_replica_and_training_as_a_whole():
 def test_an_unknown_role_name_is_refused():
     with pytest.raises(StateError, match="unknown role 'critic'"):
         shift_down_steps("critic")
+
+
+def test_shift_up_reads_parameters_before_reloading_gradients_onto_them():
+    order = [s.category for s in shift_up_steps(Role.TRAINING)]
+    assert order.index(ContextCategory.PARAMETERS) < order.index(ContextCategory.OFFLOADABLE)

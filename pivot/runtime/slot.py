@@ -1,0 +1,132 @@
+"""The device slot: one long-lived actor per proc that shifts between roles (sec. 5.2).
+
+Choice: one ``SlotActor`` per proc for the whole run, switching role context, instead of
+stopping the old role's actor and spawning the new one (0.02-0.04 s here). Stop-and-spawn
+would destroy what the actor owns: a vLLM engine (45-80 s to start on this machine, never
+restarted on a shift), a training context's offloaded optimizer state in host memory, and
+preserved items (process groups, engine definitions) that sec. 5.2 keeps across shifts.
+A slot builds every role's context once, at spawn, and then only applies the shift tables.
+
+Endpoints unpack, call the pure code of ``pivot.shifting`` and return timings.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from monarch.actor import Actor, endpoint
+
+from pivot.errors import StateError
+from pivot.shifting.contexts import RoleContext, apply_steps
+from pivot.shifting.params import ParameterSource
+from pivot.shifting.role_shift import shift_down_steps, shift_up_steps
+from pivot.types import Role
+
+log = logging.getLogger(__name__)
+
+
+class SlotActor(Actor):
+    """Holds the role contexts of one device.
+
+    Args:
+        device: the device id this proc stands for.
+        host: its host index.
+        source: where shift ups Read parameters (GPS, or a stand-in).
+        factories: one context factory per role this slot may take (picklable).
+    """
+
+    def __init__(self, device: int, host: int, source: ParameterSource,
+                 factories: Mapping[Role, Callable[[], RoleContext]]):
+        self.device, self.host, self.source = device, host, source
+        t = time.perf_counter()
+        self.contexts: dict[Role, RoleContext] = {Role.parse(r): f() for r, f in factories.items()}
+        self.build_s = time.perf_counter() - t
+        self.active: Role | None = None
+        self.replica_id: str | None = None
+
+    @endpoint
+    def shift_down(self, role: Role, replica_id: str) -> dict[str, float]:
+        """Shift-down actions of ``role`` (must be the active one); phase -> seconds."""
+        if self.active is not role or self.replica_id != replica_id:
+            raise StateError(f"slot {self.device}: asked to shift {role.value} replica "
+                             f"{replica_id} down, but it holds {self._holding()}")
+        phases = apply_steps(self.contexts[role], shift_down_steps(role), self._no_read)
+        self.active, self.replica_id = None, None
+        return phases
+
+    @endpoint
+    def shift_up(self, role: Role, replica_id: str, layout: Any = None) -> dict[str, float]:
+        """Shift-up actions of ``role``: GPS Read, reload, reallocate; phase -> seconds."""
+        if self.active is not None:
+            raise StateError(f"slot {self.device}: asked to shift up to {role.value} replica "
+                             f"{replica_id}, but it holds {self._holding()}; shift down first")
+        ctx = self._context(role)
+
+        def read():
+            return self.source.read(ctx.model, (self.device,), layout)[self.device]
+
+        phases = apply_steps(ctx, shift_up_steps(role), read)
+        self.active, self.replica_id = role, replica_id
+        return phases
+
+    @endpoint
+    def describe(self) -> dict[str, Any]:
+        """What the slot holds now: role, replica, pid, and each context's residency."""
+        return {"device": self.device, "host": self.host, "pid": os.getpid(),
+                "role": self.active, "replica_id": self.replica_id, "build_s": self.build_s,
+                "contexts": {r.value: c.describe() for r, c in self.contexts.items()}}
+
+    @endpoint
+    def tensors(self, role: Role, item: str) -> dict[str, torch.Tensor]:
+        """Copies of a context's tensors (``weights``, ``optimizer_state``, ``gradients``)."""
+        ctx = self._context(role)
+        if item == "weights":
+            src = ctx.weights or {}
+        elif item == "optimizer_state" and hasattr(ctx, "optimizer_tensors"):
+            src = ctx.optimizer_tensors()
+        elif item == "gradients" and hasattr(ctx, "gradient_tensors"):
+            src = ctx.gradient_tensors()
+        else:
+            raise StateError(f"slot {self.device}: {role.value} context has no tensor item "
+                             f"{item!r}; use 'weights' or, for training, 'optimizer_state' or 'gradients'")
+        return {k: v.detach().to("cpu", copy=True) for k, v in src.items()}
+
+    @endpoint
+    def invoke(self, method: str, kwargs: dict[str, Any]) -> Any:
+        """Calls a role-specific public method (e.g. ``train_step``) of the active context."""
+        if self.active is None:
+            raise StateError(f"slot {self.device}: invoke {method}: no active role; shift up")
+        ctx = self.contexts[self.active]
+        fn = getattr(ctx, method, None) if not method.startswith("_") else None
+        if not callable(fn):
+            raise StateError(f"slot {self.device}: the {self.active.value} context has no "
+                             f"method {method!r}")
+        return fn(**kwargs)
+
+    @endpoint
+    def write_back(self, layout: Any = None) -> float:
+        """Writes the active context's weights to the source (training, after a step)."""
+        if self.active is None:
+            raise StateError(f"slot {self.device}: write_back with no active role")
+        ctx = self.contexts[self.active]
+        t = time.perf_counter()
+        self.source.write(ctx.model, (self.device,), layout, {self.device: dict(ctx.weights)})
+        return time.perf_counter() - t
+
+    def _context(self, role: Role) -> RoleContext:
+        if role not in self.contexts:
+            raise StateError(f"slot {self.device}: no context for {role.value}; the slot was "
+                             f"built for {[r.value for r in self.contexts]}")
+        return self.contexts[role]
+
+    def _holding(self) -> str:
+        return "nothing" if self.active is None else f"{self.active.value} replica {self.replica_id}"
+
+    @staticmethod
+    def _no_read():
+        raise StateError("a shift down never Reads parameters")

@@ -1,0 +1,50 @@
+"""One Monarch mesh of 4 device slots for every runtime test (session scope)."""
+
+import functools
+import logging
+
+import pytest
+import torch
+
+from pivot.runtime.mesh import MeshController
+from pivot.runtime.param_store import ActorParameterSource, ParameterStoreActor
+from pivot.runtime.provision import spawn_host_service
+from pivot.shifting.contexts import InferenceContext, TinyMLP, TrainingContext
+from pivot.shifting.role_shift import SlotKind
+from pivot.types import GENRM, POLICY, Role
+
+POLICY_SIZES = (16, 32, 4)
+GENRM_SIZES = (16, 24, 2)
+
+
+def state_dict(sizes, seed):
+    torch.manual_seed(seed)
+    return {k: v.detach().clone() for k, v in TinyMLP(sizes)().state_dict().items()}
+
+
+@pytest.fixture(scope="session")
+def models():
+    return {POLICY: state_dict(POLICY_SIZES, 0), GENRM: state_dict(GENRM_SIZES, 1)}
+
+
+@pytest.fixture(scope="session")
+def mesh(models):
+    logging.getLogger("pivot").setLevel(logging.INFO)
+    store = spawn_host_service("param_store", ParameterStoreActor, models)
+    factories = {
+        Role.ROLLOUT: functools.partial(InferenceContext, Role.ROLLOUT, 512, 64),
+        Role.REWARD: functools.partial(InferenceContext, Role.REWARD, 256, 64),
+        Role.TRAINING: functools.partial(TrainingContext, TinyMLP(POLICY_SIZES)),
+    }
+    ctl = MeshController.local(4, ActorParameterSource(store), factories)
+    yield ctl
+    ctl.stop()
+
+
+@pytest.fixture
+def idle_mesh(mesh):
+    """The shared mesh with every slot idle before and after the test."""
+    assert not mesh.device_map.devices_in(SlotKind.LOST), "an earlier test lost a slot"
+    yield mesh
+    for rid in list(mesh.device_map.replicas()):
+        mesh.shifter.shift_down(rid)

@@ -1,0 +1,84 @@
+"""Role shifting on a real Monarch mesh of 4 slots (sec. 5.2)."""
+
+import pytest
+import torch
+
+from pivot.errors import StateError
+from pivot.shifting.role_shift import SlotKind
+from pivot.types import GENRM, POLICY, Role
+
+pytestmark = pytest.mark.monarch
+
+
+def assert_same(a, b):
+    assert set(a) == set(b)
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def test_a_slot_shifts_rollout_to_reward_and_back_holding_the_right_weights(idle_mesh, models):
+    m = idle_mesh
+    pid = m.describe(1)["pid"]
+    m.shifter.shift_up(Role.ROLLOUT, "ro-0", (1,))
+    info = m.describe(1)
+    assert (info["role"], info["replica_id"]) == (Role.ROLLOUT, "ro-0")
+    assert_same(m.tensors(1, Role.ROLLOUT, "weights"), models[POLICY])
+    assert info["contexts"]["rollout"]["kv_capacity"] == 512
+    assert info["contexts"]["reward"]["weights_bytes"] == 0
+
+    m.shifter.shift_down("ro-0", Role.REWARD)
+    res = m.shifter.shift_up(Role.REWARD, "rm-0", (1,))
+    assert res.kv_capacity == 256 and {"gps_read", "load_parameters"} <= set(res.phases)
+    info = m.describe(1)
+    assert (info["role"], info["replica_id"], info["pid"]) == (Role.REWARD, "rm-0", pid)
+    assert_same(m.tensors(1, Role.REWARD, "weights"), models[GENRM])
+    assert info["contexts"]["rollout"] == {"weights_bytes": 0, "kv_bytes": 0, "kv_capacity": 0}
+
+    m.shifter.shift_down("rm-0", Role.ROLLOUT)
+    m.shifter.shift_up(Role.ROLLOUT, "ro-1", (1,))
+    assert_same(m.tensors(1, Role.ROLLOUT, "weights"), models[POLICY])
+    assert m.describe(1)["pid"] == pid
+    assert m.device_map.state(1).kind is SlotKind.ACTIVE
+
+
+def test_training_optimizer_state_survives_a_shift_bit_identical(idle_mesh):
+    m = idle_mesh
+    devs = (2, 3)
+    m.shifter.shift_up(Role.TRAINING, "tr-0", devs)
+    for d in devs:
+        for step in range(3):
+            m.invoke(d, "train_step", seed=step)
+    m.write_back(2)
+    before = {d: m.tensors(d, Role.TRAINING, "optimizer_state") for d in devs}
+    grads = m.tensors(3, Role.TRAINING, "gradients")
+    assert len(grads) == 4
+    weights = m.tensors(2, Role.TRAINING, "weights")
+    assert len(before[2]) == 4 * 3  # exp_avg, exp_avg_sq, step for 4 tensors
+
+    m.shifter.shift_down("tr-0", Role.ROLLOUT)
+    info = m.describe(2)["contexts"]["training"]
+    assert info["optimizer_bytes"] == 0 and info["weights_bytes"] == 0
+    assert info["offloaded_bytes"] > 0
+    m.shifter.shift_up(Role.ROLLOUT, "ro-t", devs[:1])
+    assert_same(m.tensors(2, Role.ROLLOUT, "weights"), weights)  # rollout Reads the write
+    m.shifter.shift_down("ro-t")
+
+    m.shifter.shift_up(Role.TRAINING, "tr-1", devs)
+    for d in devs:
+        assert_same(m.tensors(d, Role.TRAINING, "optimizer_state"), before[d])
+    assert_same(m.tensors(2, Role.TRAINING, "weights"), weights)
+    assert_same(m.tensors(3, Role.TRAINING, "gradients"), grads)
+    assert m.describe(2)["contexts"]["training"]["offloaded_bytes"] == 0
+    assert isinstance(m.invoke(2, "train_step", seed=9), float)
+
+
+def test_a_slot_refuses_a_shift_that_disagrees_with_what_it_holds(idle_mesh):
+    m = idle_mesh
+    m.shifter.shift_up(Role.REWARD, "rm-x", (0,))
+    with pytest.raises(Exception, match="holds reward replica rm-x; shift down first"):
+        m.slots[0].shift_up.call_one(Role.ROLLOUT, "ro-x").get()
+    with pytest.raises(StateError, match="device 0 .* is active in reward replica rm-x"):
+        m.shifter.shift_up(Role.ROLLOUT, "ro-x", (0,))
+    assert m.describe(0)["role"] is Role.REWARD
+    with pytest.raises(Exception, match="no method 'nope'"):
+        m.invoke(0, "nope")
