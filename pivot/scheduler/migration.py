@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 
 from pivot.errors import StateError
-from pivot.scheduler.actions import Action
+from pivot.scheduler.actions import Abort, Action, Dispatch
 from pivot.scheduler.load import LoadArrays
 from pivot.types import ReplicaView
 
@@ -40,7 +40,8 @@ def shift_up_migration(sched: LoadArrays, up: list[ReplicaView],
     out (the destination is the one Dispatch would pick), so the final, non-improving move
     of alg. 4 is never executed; the modeled aggregate throughput therefore never drops and
     no sequence pays a re-prefill for nothing. The heap is keyed by current throughput and
-    refreshed for both ends of a move (alg. 4 refreshes only the source).
+    refreshed for both ends of a move (alg. 4 refreshes only the source). A sequence that
+    moves twice is reported as one Abort at its first replica and one Dispatch at its last.
 
     Args:
         up: the new replicas; they must be empty.
@@ -59,6 +60,8 @@ def shift_up_migration(sched: LoadArrays, up: list[ReplicaView],
     model = sched.model
     ids = sched._ids
     nseq, ntok = sched._nseq, sched._ntok
+    origin: dict[int, str] = {}  # first replica a migrated sequence left
+    final: dict[int, str] = {}   # where it ends up
     version = [0] * len(ids)
     heap = [(-model.throughput(int(nseq[i]), int(ntok[i])), 0, i) for i in range(len(ids))]
     heapq.heapify(heap)
@@ -87,9 +90,16 @@ def shift_up_migration(sched: LoadArrays, up: list[ReplicaView],
                  + model.throughput(n1 + 1, t1 + length) - model.throughput(n1, t1))
         if delta <= 0:
             break
-        actions.extend(sched.move(sid, src, dst))
+        sched.move(sid, src, dst)
+        origin.setdefault(sid, ids[src])
+        final[sid] = ids[dst]
         for i in (src, dst):
             version[i] += 1
             heapq.heappush(heap, (-model.throughput(int(nseq[i]), int(ntok[i])),
                                   version[i], i))
+    # A sequence may move more than once; the driver sees one abort and one dispatch.
+    for sid, src_id in origin.items():
+        if final[sid] != src_id:
+            actions.append(Abort(sid, src_id))
+            actions.append(Dispatch(sid, final[sid], resume=True))
     return actions
