@@ -96,6 +96,19 @@ class MeshController:
     def write_back(self, device: int) -> float:
         return self._slot(device).write_back.call_one().get()
 
+    def recover(self, devices: tuple[int, ...]) -> float:
+        """Resets lost slots (their procs must be alive) and returns them to the idle pool;
+        returns the slowest reset's seconds."""
+        lost = set(self.device_map.devices_in(SlotKind.LOST))
+        bad = [d for d in devices if d not in lost]
+        if bad:
+            raise StateError(f"recover: devices {bad} are not lost "
+                             f"({[self.device_map.state(d).describe() for d in bad]})")
+        futs = [self.slots[d].reset.call_one() for d in devices]
+        secs = max(f.get() for f in futs)
+        self.device_map.recover(devices)
+        return secs
+
     def stop(self) -> None:
         """Stops every slot mesh (the procs stay; ``ProcMesh.stop`` is the caller's)."""
         for s in self.slots:
@@ -109,10 +122,16 @@ class MeshController:
         return self.slots[device]
 
     def _on_fault(self, failure) -> None:
-        """Keeps the client alive on a slot failure (the default hook exits it)."""
+        """Keeps the client alive on a slot failure (the default hook exits it) and marks
+        the failed slot's device lost when the failure names its mesh."""
         msg = str(failure)
         self.failures.append(msg)
-        log.error("slot failure: %s", msg)
+        name = getattr(failure, "mesh_name", "")
+        hit = [d for d, s in enumerate(self.slots) if getattr(s, "name", None) == name
+               or f"slot{d}" == name]
+        log.error("slot failure on mesh %r (devices %s): %s", name, hit, msg)
+        if hit:
+            self.device_map.mark_lost(hit, f"slot process failed: {msg[:200]}")
 
 
 def _slowest(per_device: list[dict[str, float]]) -> dict[str, float]:

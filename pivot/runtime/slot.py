@@ -43,11 +43,23 @@ class SlotActor(Actor):
     def __init__(self, device: int, host: int, source: ParameterSource,
                  factories: Mapping[Role, Callable[[], RoleContext]]):
         self.device, self.host, self.source = device, host, source
+        self.factories = {Role.parse(r): f for r, f in factories.items()}
+        self._build()
+
+    def _build(self) -> None:
         t = time.perf_counter()
-        self.contexts: dict[Role, RoleContext] = {Role.parse(r): f() for r, f in factories.items()}
+        self.contexts: dict[Role, RoleContext] = {r: f() for r, f in self.factories.items()}
         self.build_s = time.perf_counter() - t
         self.active: Role | None = None
         self.replica_id: str | None = None
+
+    @endpoint
+    def reset(self) -> float:
+        """Recovery, not a shift: rebuilds every context from its factory (offloaded state
+        is dropped; an engine would restart). Returns the seconds it took."""
+        log.warning("slot %d: reset (was holding %s)", self.device, self._holding())
+        self._build()
+        return self.build_s
 
     @endpoint
     def shift_down(self, role: Role, replica_id: str) -> dict[str, float]:
