@@ -1,0 +1,192 @@
+"""Tests of the GPS client: Read after Write, atomic versions, GenRM, bad input, Monarch."""
+
+import threading
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pivot.errors import ConfigError, StateError
+from pivot.gps.actor import GlobalParameterStorage, LocalHost
+from pivot.gps.layout import ParallelLayout, param_stage, plan_storage, qwen3_model
+from pivot.gps.plan import Link
+from pivot.gps.storage import HostStore
+from pivot.gps.transport import MonarchTransport, ShmTransport
+
+from conftest import random_state, setups, shard_of, storage_with_k
+
+
+def make_gps(models_, storage, device_host, transports=None):
+    stores = [HostStore(h, storage, models_) for h in range(storage.hosts)]
+    gps = GlobalParameterStorage([LocalHost(s) for s in stores], models_, storage,
+                                 device_host, transports=transports)
+    return gps, stores
+
+
+def close(gps, stores):
+    gps.close()
+    for s in stores:
+        s.close()
+
+
+def expected(full, model, layout, rank):
+    return shard_of(full, layout, rank,
+                    lambda n: param_stage(next(p for p in model.params if p.name == n),
+                                          model.num_layers, layout.pp))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(setups(), st.data())
+def test_read_after_write_returns_bit_identical_shards_under_any_layout(s, data):
+    storage = storage_with_k([s.model], s.hosts, s.k)
+    gps, stores = make_gps({"policy": s.model}, storage, s.device_host)
+    try:
+        gps.load("policy", random_state(s.model, 0))
+        full = random_state(s.model, 1)
+        states = {d: expected(full, s.model, s.layout, r) for r, d in enumerate(s.devices)}
+        v = gps.write("policy", s.devices, s.layout, states, verify=True)
+        assert v == 1
+        # Read back under another layout: same TP (the split dims divide), new DP / PP.
+        tp = s.layout.tp
+        pp = data.draw(st.integers(1, min(2, s.model.num_layers)))
+        dp = data.draw(st.integers(1, 2))
+        lay = ParallelLayout(dp, tp, pp, s.layout.split_dims)
+        if lay.world > len(s.device_host):
+            lay = s.layout
+        devs = data.draw(st.permutations(range(len(s.device_host))))[:lay.world]
+        out = gps.read("policy", devs, lay, verify=True)
+        for r, d in enumerate(devs):
+            want = expected(full, s.model, lay, r)
+            assert out[d].keys() == want.keys()
+            for name, t in want.items():
+                assert torch.equal(out[d][name], t), (d, name)
+    finally:
+        close(gps, stores)
+
+
+QWEN = qwen3_model("policy", layers=2, hidden=64, intermediate=128, heads=4, kv_heads=2,
+                   head_dim=16, vocab=96)
+GENRM = qwen3_model("genrm", layers=2, hidden=32, intermediate=64, heads=2, kv_heads=1,
+                    head_dim=16, vocab=96)
+MODELS = {"policy": QWEN, "genrm": GENRM}
+
+
+@pytest.fixture
+def sharded():
+    """Four hosts in two groups of two; two devices per host."""
+    storage = plan_storage(list(MODELS.values()), 4,
+                           (QWEN.nbytes + GENRM.nbytes) * 6 // 10, min_split_bytes=0)
+    assert storage.k == 2
+    gps, stores = make_gps(MODELS, storage, (0, 0, 1, 1, 2, 2, 3, 3))
+    gps.load("policy", random_state(QWEN, 0))
+    gps.load("genrm", random_state(GENRM, 0))
+    yield gps, stores
+    close(gps, stores)
+
+
+def test_a_read_during_writes_returns_one_whole_version(sharded):
+    gps, _ = sharded
+    lay = ParallelLayout.create(QWEN, dp=2, tp=2)
+    devs = (0, 3, 4, 7)
+    seen, errors, stop = set(), [], threading.Event()
+
+    def write_constant(v):
+        full = {p.name: torch.full(p.shape, float(v)) for p in QWEN.params}
+        gps.write("policy", devs, lay,
+                  {d: expected(full, QWEN, lay, r) for r, d in enumerate(devs)})
+
+    write_constant(0)
+
+    def reader():
+        while not stop.is_set():
+            try:
+                out = gps.read("policy", devs, lay)
+                vals = {float(t.flatten()[0]) for sd in out.values() for t in sd.values()}
+                vals |= {float(t.flatten()[-1]) for sd in out.values() for t in sd.values()}
+                if len(vals) != 1:
+                    errors.append(vals)
+                seen.update(vals)
+            except Exception as e:  # surfaced below
+                errors.append(e)
+
+    th = threading.Thread(target=reader)
+    th.start()
+    try:
+        for v in range(1, 16):
+            write_constant(v)
+    finally:
+        stop.set()
+        th.join()
+    assert not errors, errors[:3]
+    assert len(seen) >= 2
+
+
+def test_write_async_overlaps_the_caller_and_installs_the_next_version(sharded):
+    gps, _ = sharded
+    lay = ParallelLayout.create(QWEN, dp=1, tp=2)
+    full = random_state(QWEN, 5)
+    fut = gps.write_async("policy", (1, 2), lay,
+                          {d: expected(full, QWEN, lay, r) for r, d in enumerate((1, 2))})
+    assert fut.result(timeout=60) == 1
+    out = gps.read("policy", (5,), ParallelLayout.create(QWEN))
+    assert all(torch.equal(out[5][k], v) for k, v in full.items())
+
+
+def test_writing_the_genrm_is_an_error_and_leaves_it_untouched(sharded):
+    gps, stores = sharded
+    lay = ParallelLayout.create(GENRM)
+    with pytest.raises(StateError, match="GenRM is frozen"):
+        gps.write("genrm", (0,), lay, {0: random_state(GENRM, 9)})
+    with pytest.raises(StateError, match="GenRM is frozen"):
+        gps.write_async("genrm", (0,), lay, {0: random_state(GENRM, 9)})
+    out = gps.read("genrm", (0,), lay)
+    assert all(torch.equal(out[0][k], v) for k, v in random_state(GENRM, 0).items())
+    assert all(s.versions("genrm") == [0] for s in stores)
+
+
+def test_bad_reads_and_writes_fail_before_any_work(sharded):
+    gps, stores = sharded
+    with pytest.raises(StateError, match="no version 3"):
+        gps.read("policy", (0,), ParallelLayout.create(QWEN), version=3)
+    with pytest.raises(ConfigError, match="TP=3 does not divide"):
+        gps.read("policy", (0, 1, 2), ParallelLayout.create(QWEN, tp=3))
+    with pytest.raises(ConfigError, match=r"devices \[8, 9\] do not exist"):
+        gps.read("policy", (0, 1, 8, 9), ParallelLayout.create(QWEN, dp=4))
+    lay = ParallelLayout.create(QWEN, tp=2)
+    good = expected(random_state(QWEN, 3), QWEN, lay, 0)
+    bad = dict(good, **{"lm_head.weight": torch.zeros(3, 3)})
+    with pytest.raises(ConfigError, match=r"lm_head.weight\] is \(3, 3\)"):
+        gps.write("policy", (0, 1), lay, {0: good, 1: bad})
+    with pytest.raises(ConfigError, match="no entry for device 1"):
+        gps.write("policy", (0, 1), lay, {0: good})
+    assert all(s.versions("policy") == [0] for s in stores)
+    assert all(not s._staged for s in stores)
+
+
+class CorruptingShm(ShmTransport):
+    """The real shared-memory transport, but one copy flips a bit of what lands."""
+
+    def __init__(self):
+        super().__init__()
+        self.copies = 0
+
+    def _copy(self, dst, src):
+        super()._copy(dst, src)
+        self.copies += 1
+        if self.copies == 3:
+            dst.reshape(-1)[:1].view(torch.int32).__ixor__(1)
+
+
+def test_a_read_whose_bytes_arrive_corrupted_fails_loudly_when_verifying():
+    storage = plan_storage([QWEN], 1, QWEN.nbytes)
+    gps, stores = make_gps({"policy": QWEN}, storage, (0,),
+                           transports={Link.LOCAL: CorruptingShm(),
+                                       Link.REMOTE: MonarchTransport()})
+    try:
+        gps.load("policy", random_state(QWEN, 0), device=0)
+        with pytest.raises(StateError, match="checksum mismatch on read"):
+            gps.read("policy", (0,), ParallelLayout.create(QWEN), verify=True)
+        gps.read("policy", (0,), ParallelLayout.create(QWEN), verify=True)  # copies > 3
+    finally:
+        close(gps, stores)
