@@ -102,9 +102,12 @@ class ActorHost:
         def call(*args, **kwargs):
             try:
                 return ep.call_one(*args, **kwargs).get()
-            except Exception as e:  # Monarch wraps the actor's error; keep its message
-                if isinstance(e, (StateError, ConfigError)):
-                    raise
+            except Exception as e:
+                # Monarch wraps the actor's error (ActorError.exception): re-raise its type
+                # and message so callers see the same errors as in-process.
+                inner = getattr(e, "exception", None)
+                if isinstance(inner, (StateError, ConfigError)):
+                    raise type(inner)(str(inner)) from e
                 raise StateError(f"GPS host {self.index}: {op} failed: {e}") from e
         return call
 
