@@ -52,3 +52,52 @@ def simulate_shift_down(load: RoleLoad, model: ThroughputModel, replica_ids: Ite
     state = WhatIfLoad(load, model, kv_reserve)
     shift_down_migration(state, list(replica_ids))
     return state.aggregate_throughput()
+
+
+class IncrementalShiftUp:
+    """Evaluates the shift-up side of candidates in increasing shift-up count k.
+
+    New replicas of a role are identical and start empty, so the post-shift state depends
+    on k only (sec. 7.2). Candidate k + j continues from candidate k's migrated state with
+    j more empty replicas, running the same alg. 4 code; this makes evaluating all K
+    candidates cost about one migration to K replicas instead of K of them.
+    """
+
+    def __init__(self, load: RoleLoad, model: ThroughputModel, migrate: bool = True,
+                 kv_reserve: int = 0) -> None:
+        self._load, self._model, self._migrate = load, model, migrate
+        self._state = WhatIfLoad(load, model, kv_reserve)
+        self._k = 0
+
+    def throughput_with(self, new_devices: Sequence[tuple[int, ...]]) -> float:
+        k = len(new_devices)
+        if k < self._k:
+            raise ValueError("candidates must be evaluated in increasing k")
+        views = [ReplicaView(f"__up{i}", self._load.role, devs, self._load.kv_capacity)
+                 for i, devs in enumerate(new_devices[self._k:], start=self._k)]
+        if views:
+            shift_up_migration(self._state, views, migrate=self._migrate)
+        self._k = k
+        return self._state.aggregate_throughput()
+
+
+class IncrementalShiftDown:
+    """Evaluates the shift-down side of candidates; when a candidate's donors contain the
+    previous candidate's (the usual case, as pairs are taken cheapest first), it evacuates
+    only the extra donors, otherwise it restarts from the snapshot."""
+
+    def __init__(self, load: RoleLoad, model: ThroughputModel, kv_reserve: int = 0) -> None:
+        self._load, self._model, self._reserve = load, model, kv_reserve
+        self._state: WhatIfLoad | None = None
+        self._done: set[str] = set()
+
+    def throughput_without(self, replica_ids: Iterable[str]) -> float:
+        ids = list(replica_ids)
+        if self._state is None or not self._done.issubset(ids):
+            self._state = WhatIfLoad(self._load, self._model, self._reserve)
+            self._done = set()
+        extra = [r for r in ids if r not in self._done]
+        if extra:
+            shift_down_migration(self._state, extra)
+            self._done.update(extra)
+        return self._state.aggregate_throughput()

@@ -15,7 +15,7 @@ import gin
 from pivot.errors import StateError
 from pivot.planner.base import Planner
 from pivot.planner.candidates import construct_candidates
-from pivot.planner.evaluate import overall_throughput, simulate_shift_down, simulate_shift_up
+from pivot.planner.evaluate import IncrementalShiftDown, IncrementalShiftUp, overall_throughput
 from pivot.planner.plan import ShiftDown, ShiftPlan
 from pivot.planner.shift_pairs import (ShiftPair, choose_shift_up_role, prepare_shift_pairs,
                                        role_throughput)
@@ -75,13 +75,16 @@ class PivotPlanner(Planner):
         t_cur = overall_throughput(n[Role.ROLLOUT], t_now[Role.ROLLOUT],
                                    n[Role.REWARD], t_now[Role.REWARD])
         best: ShiftPlan | None = None
-        for k, (phi, choice) in cands.items():
+        up_sim = IncrementalShiftUp(up_load, self.models[up], self.migrate)
+        down_sim = IncrementalShiftDown(down_load, self.models[other])
+        for k in sorted(cands):
+            phi, choice = cands[k]
             down, up_devs = self._assemble(pairs, choice)
             t_after = dict(t_now)
-            t_after[up] = simulate_shift_up(up_load, self.models[up], up_devs, self.migrate)
+            t_after[up] = up_sim.throughput_with(up_devs)
             donors = [d.replica_id for d in down if d.role is other]
             if donors:
-                t_after[other] = simulate_shift_down(down_load, self.models[other], donors)
+                t_after[other] = down_sim.throughput_without(donors)
             t_cand = overall_throughput(n[Role.ROLLOUT], t_after[Role.ROLLOUT],
                                         n[Role.REWARD], t_after[Role.REWARD])
             gain = self.H * (t_cand - t_cur)

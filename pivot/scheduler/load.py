@@ -61,10 +61,10 @@ class LoadArrays:
         ok = (self._cap - self._ntok) >= length + self.kv_reserve
         if mask is not None:
             ok &= mask
-        if not ok.any():
-            return None
-        gains = np.where(ok, self.model.gains(self._nseq, self._ntok, length), -np.inf)
-        return int(np.argmax(gains))
+        gains = self.model.gains(self._nseq, self._ntok, length)
+        gains[~ok] = -np.inf
+        i = int(np.argmax(gains))
+        return i if ok[i] else None
 
     def throughput_at(self, i: int) -> float:
         return self.model.throughput(int(self._nseq[i]), int(self._ntok[i]))

@@ -57,15 +57,28 @@ class ThroughputModel:
         return self.throughput(num_seqs + 1, num_tokens + length) - self.throughput(
             num_seqs, num_tokens)
 
-    def gains(self, num_seqs: np.ndarray, num_tokens: np.ndarray, length: int) -> np.ndarray:
-        """Vectorised ``gain`` over replicas (the scheduler's hot path)."""
+    def gains(self, num_seqs: np.ndarray, num_tokens: np.ndarray, length: int,
+              before: np.ndarray | None = None) -> np.ndarray:
+        """Vectorised ``gain`` over replicas (the scheduler's hot path).
+
+        ``before`` may carry the replicas' current throughputs, which callers that keep
+        them up to date pass to save the work.
+        """
+        if before is None:
+            before = self.throughputs(num_seqs, num_tokens)
         n1 = num_seqs + 1.0
-        after = n1 / (self.A * (num_tokens + length) + np.maximum(self.B, self.C * n1) + self.D)
-        before = np.where(
-            num_seqs > 0,
-            num_seqs / (self.A * num_tokens + np.maximum(self.B, self.C * num_seqs) + self.D),
-            0.0)
-        return after - before
+        lat = self.C * n1
+        np.maximum(lat, self.B, out=lat)
+        lat += self.A * num_tokens
+        lat += self.A * length + self.D
+        np.divide(n1, lat, out=lat)
+        lat -= before
+        return lat
+
+    def throughputs(self, num_seqs: np.ndarray, num_tokens: np.ndarray) -> np.ndarray:
+        """Vectorised ``throughput``."""
+        lat = self.A * num_tokens + np.maximum(self.B, self.C * num_seqs) + self.D
+        return np.where(num_seqs > 0, num_seqs / lat, 0.0)
 
     def save(self, path: str | Path, **extra: object) -> None:
         """Writes the constants (and any fit report in ``extra``) as JSON."""
@@ -102,9 +115,13 @@ class BinaryThroughputModel(ThroughputModel):
     def throughput(self, num_seqs: int, num_tokens: int) -> float:
         return 1.0 if num_seqs > 0 else 0.0
 
-    def gains(self, num_seqs: np.ndarray, num_tokens: np.ndarray, length: int) -> np.ndarray:
+    def gains(self, num_seqs: np.ndarray, num_tokens: np.ndarray, length: int,
+              before: np.ndarray | None = None) -> np.ndarray:
         # 1 for an empty replica, else a tie broken towards fewer tokens (a tiny negative).
         return np.where(num_seqs > 0, 0.0, 1.0) - 1e-12 * num_tokens
+
+    def throughputs(self, num_seqs: np.ndarray, num_tokens: np.ndarray) -> np.ndarray:
+        return (num_seqs > 0).astype(float)
 
 
 @dataclass(frozen=True, slots=True)
