@@ -35,7 +35,7 @@ def fsdp_trainers():
     actors = procs.spawn("trainer", TrainerActor, config)
     info = [v for _, v in actors.setup.call().get().items()]
     assert [i["trainer/setup/world_size"] for i in info] == [2, 2]
-    yield hf, actors
+    yield hf, actors, procs
     procs.stop().get()
 
 
@@ -44,7 +44,7 @@ def _values(mesh_result):
 
 
 def test_fsdp2_on_two_procs_trains_like_a_single_process(fsdp_trainers):
-    hf, actors = fsdp_trainers
+    hf, actors, _ = fsdp_trainers
     single = make_trainer(hf)
     _values(actors.load_hf_state_dict.call(hf.state_dict()))
 
@@ -82,7 +82,7 @@ def test_fsdp2_on_two_procs_trains_like_a_single_process(fsdp_trainers):
 
 
 def test_each_rank_holds_half_the_parameters_and_they_can_be_released(fsdp_trainers):
-    hf, actors = fsdp_trainers
+    hf, actors, _ = fsdp_trainers
     _values(actors.load_hf_state_dict.call(hf.state_dict()))
     full = 4 * sum(p.numel() for p in hf.parameters())
     items = [dict((n, b) for n, _, b in its) for its in _values(actors.context_items.call())]
@@ -95,3 +95,29 @@ def test_each_rank_holds_half_the_parameters_and_they_can_be_released(fsdp_train
     got = _values(actors.compute_logprobs.call(probe))[0]
     want = hf_logprobs(hf, probe.input_ids)
     assert (got - want)[probe.response_mask.bool()].abs().max() <= 1e-5
+
+
+def test_tied_embeddings_shard_and_train_like_a_single_process(fsdp_trainers):
+    from pivot.roles.trainer import Trainer, TrainerActor
+
+    _, _, procs = fsdp_trainers  # same procs: the gloo group is already up
+    hf = hf_model(tie=True)
+    config = Trainer.Config(model=hf.config.to_dict(), optimizer=Trainer.Optimizer(lr=LR))
+    actors = procs.spawn("tied_trainer", TrainerActor, config)
+    _values(actors.setup.call())
+    _values(actors.load_hf_state_dict.call(hf.state_dict()))
+    single = make_trainer(hf)
+    batch = make_batch(seed=7)
+    got = _values(actors.compute_logprobs.call(batch))[0]
+    assert (got - hf_logprobs(hf, batch.input_ids))[batch.response_mask.bool()].abs().max() \
+        <= 1e-5
+    fb = _values(actors.forward_backward.call(batch))[0]
+    _values(actors.optim_step.call())
+    ref_fb = single.forward_backward(batch)
+    single.optim_step()
+    assert fb["trainer/fb/loss"] == pytest.approx(ref_fb["trainer/fb/loss"], rel=LOSS_RTOL)
+    weights = _values(actors.state_dict_hf.call(True))[0]
+    ref = single.state_dict_hf()
+    assert "lm_head.weight" not in weights and set(weights) == set(ref)
+    assert max(float((weights[k] - ref[k]).abs().max()) for k in ref) <= WEIGHT_ATOL
+    actors.stop().get()
