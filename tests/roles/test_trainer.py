@@ -214,3 +214,16 @@ def test_bad_batches_and_weights_are_rejected_with_the_field_named(hf):
         tr.load_hf_state_dict(sd)
     with pytest.raises(StateError, match="no gradients"):
         tr.optim_step()
+
+
+def test_accumulating_two_half_batches_with_the_global_token_count_equals_one_batch(hf):
+    a, b = make_trainer(hf), make_trainer(hf)
+    batch = make_batch(seed=9)
+    n = batch.num_response_tokens
+    a.forward_backward(batch)
+    a.optim_step()
+    for half in (slice(0, 4), slice(4, 8)):
+        b.forward_backward(batch.rows(half), num_tokens=n)
+    b.optim_step()
+    sa, sb = a.state_dict_hf(), b.state_dict_hf()
+    assert max(float((sa[k] - sb[k]).abs().max()) for k in sa) <= 5e-5  # 5% of one lr step
