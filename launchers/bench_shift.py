@@ -1,7 +1,7 @@
 """Shift-down and shift-up times per phase on the local mesh (the paper's fig. 12 split).
 
 Spawns one device slot per proc on this host (``--devices``, default 4), puts a policy
-and a GenRM of a few MB each in a parameter store actor, and repeats: a rollout replica
+and a GenRM of a few MB each in the Global Parameter Storage (one GPS actor), and repeats: a rollout replica
 shifts to reward and back, and training (AdamW state of the policy) shifts down and up.
 Reports each phase's time inside the slot, the controller's end-to-end time per shift
 (phases + Monarch calls), and, for comparison, stopping a slot's actor and spawning a
@@ -23,8 +23,10 @@ from pathlib import Path
 
 import torch
 
+from pivot.gps.actor import GPSActor
+from pivot.gps.layout import ModelMeta, plan_storage
+from pivot.runtime.gps_source import GPSParameterSource
 from pivot.runtime.mesh import MeshController
-from pivot.runtime.param_store import ActorParameterSource, ParameterStoreActor
 from pivot.runtime.provision import spawn_host_service, spawn_on
 from pivot.runtime.slot import SlotActor
 from pivot.shifting.contexts import InferenceContext, TinyMLP, TrainingContext
@@ -58,17 +60,22 @@ def timed(fn, *args):
     return res, time.perf_counter() - t
 
 
-def run(devices: int, reps: int, kv_mib: int) -> dict:
+def run(devices: int, reps: int, kv_mib: int, threads: int | None) -> dict:
     models = {POLICY: state_dict(POLICY_SIZES, 0), GENRM: state_dict(GENRM_SIZES, 1)}
-    store = spawn_host_service("param_store", ParameterStoreActor, models)
+    metas = {m: ModelMeta.from_state_dict(m, sd) for m, sd in models.items()}
+    storage = plan_storage(list(metas.values()), 1, 1 << 30)
+    gps = spawn_host_service("gps", GPSActor, 0, storage, metas)
+    source = GPSParameterSource([gps], metas, storage, (0,) * devices)
+    for m, sd in models.items():
+        source.gps.load(m, sd)
     kv_tokens = kv_mib * 1024  # 1 KiB per token
     factories = {
         Role.ROLLOUT: functools.partial(InferenceContext, Role.ROLLOUT, kv_tokens, 1024),
         Role.REWARD: functools.partial(InferenceContext, Role.REWARD, kv_tokens, 1024),
         Role.TRAINING: functools.partial(TrainingContext, TinyMLP(POLICY_SIZES)),
     }
-    source = ActorParameterSource(store)
-    ctl, spawn_s = timed(MeshController.local, devices, source, factories)
+    ctl, spawn_s = timed(MeshController.local, devices, source, factories, time.monotonic,
+                         threads)
     sh = ctl.shifter
     samples: dict[str, list[dict[str, float]]] = {k: [] for k in (
         "rollout_down", "reward_up", "reward_down", "rollout_up", "training_down",
@@ -105,13 +112,16 @@ def run(devices: int, reps: int, kv_mib: int) -> dict:
     for i in range(reps):
         t = time.perf_counter()
         ctl.slots[0].stop().get()
-        ctl.slots[0] = spawn_on(ctl.alloc, 0, f"slot0r{i}", SlotActor, 0, 0, source, factories)
+        ctl.slots[0] = spawn_on(ctl.alloc, 0, f"slot0r{i}", SlotActor, 0, 0, source, factories,
+                                threads)
         same_pid = ctl.slots[0].describe.call_one().get()["pid"] == pid
         restart.append(time.perf_counter() - t)
         assert same_pid, "the respawned slot is on another process"
     ctl.stop()
+    source.gps.close()
+    gps.close.call_one().get()
     return {
-        "devices": devices, "reps": reps,
+        "devices": devices, "reps": reps, "torch_threads_per_slot": threads,
         "policy_mb": mb(models[POLICY]), "genrm_mb": mb(models[GENRM]),
         "optimizer_mb_per_slot": opt_mb, "kv_mib": kv_mib,
         "training_devices": len(train_devs),
@@ -131,10 +141,12 @@ def main() -> None:
     ap.add_argument("--devices", type=int, default=4)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--kv-mib", type=int, default=64, help="KV cache per inference slot")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch intra-op threads per slot proc; 0 = torch's default")
     ap.add_argument("--out", default="results/shift_bench.json")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    res = run(args.devices, args.reps, args.kv_mib)
+    res = run(args.devices, args.reps, args.kv_mib, args.threads or None)
     log.warning("policy %.1f MB, GenRM %.1f MB, AdamW state %.1f MB per training slot",
                 res["policy_mb"], res["genrm_mb"], res["optimizer_mb_per_slot"])
     for key, phases in res["phases_s"].items():

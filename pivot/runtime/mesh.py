@@ -38,11 +38,12 @@ class MeshController:
         source: the parameter source every slot Reads from (picklable client).
         factories: role -> context factory, built once in every slot.
         clock: time source of the device map's events.
+        torch_threads: intra-op threads per slot proc (None: torch's default).
     """
 
     def __init__(self, alloc: Allocation, source: ParameterSource,
                  factories: Mapping[Role, Callable[[], RoleContext]],
-                 clock: Clock = time.monotonic):
+                 clock: Clock = time.monotonic, torch_threads: int | None = 1):
         if not factories:
             raise StateError("MeshController: factories is empty; give a context factory "
                              "for each role the slots may take")
@@ -50,7 +51,8 @@ class MeshController:
         self.failures: list[str] = []
         monarch.actor.unhandled_fault_hook = self._on_fault
         t = time.perf_counter()
-        self.slots = [spawn_on(alloc, d, f"slot{d}", SlotActor, d, h, source, dict(factories))
+        self.slots = [spawn_on(alloc, d, f"slot{d}", SlotActor, d, h, source, dict(factories),
+                              torch_threads)
                       for d, h in enumerate(alloc.device_host)]
         self.describe_all()  # waits for every constructor, so spawn time is measured whole
         self.spawn_s = time.perf_counter() - t
@@ -61,9 +63,10 @@ class MeshController:
     @classmethod
     def local(cls, num_devices: int, source: ParameterSource,
               factories: Mapping[Role, Callable[[], RoleContext]],
-              clock: Clock = time.monotonic) -> "MeshController":
+              clock: Clock = time.monotonic,
+              torch_threads: int | None = 1) -> "MeshController":
         """Allocates ``num_devices`` procs on this host and spawns their slots."""
-        return cls(allocate(num_devices), source, factories, clock)
+        return cls(allocate(num_devices), source, factories, clock, torch_threads)
 
     # ---- SlotBackend -----------------------------------------------------------------
     def shift_down(self, role: Role, replica_id: str, devices: tuple[int, ...]) -> ShiftResult:

@@ -38,10 +38,16 @@ class SlotActor(Actor):
         host: its host index.
         source: where shift ups Read parameters (GPS, or a stand-in).
         factories: one context factory per role this slot may take (picklable).
+        torch_threads: intra-op threads of this proc (None: torch's default). One proc per
+            device on a shared 2-core host: with 2 threads under load, copying 7 MB took
+            75 ms instead of 3.5 ms with 1 (launchers/bench_shift.py notes).
     """
 
     def __init__(self, device: int, host: int, source: ParameterSource,
-                 factories: Mapping[Role, Callable[[], RoleContext]]):
+                 factories: Mapping[Role, Callable[[], RoleContext]],
+                 torch_threads: int | None = 1):
+        if torch_threads is not None:
+            torch.set_num_threads(torch_threads)
         self.device, self.host, self.source = device, host, source
         self.factories = {Role.parse(r): f for r, f in factories.items()}
         self._build()
@@ -91,6 +97,7 @@ class SlotActor(Actor):
         """What the slot holds now: role, replica, pid, and each context's residency."""
         return {"device": self.device, "host": self.host, "pid": os.getpid(),
                 "role": self.active, "replica_id": self.replica_id, "build_s": self.build_s,
+                "context_ids": {r.value: id(c) for r, c in self.contexts.items()},
                 "contexts": {r.value: c.describe() for r, c in self.contexts.items()}}
 
     @endpoint

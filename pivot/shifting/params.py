@@ -1,8 +1,8 @@
 """Where a shift up Reads parameters from: the ``ParameterSource`` port (sec. 5.1).
 
-The Global Parameter Storage (``pivot.gps``) implements it with per-host actors; until a
-driver wires GPS in, ``InMemoryParameterSource`` holds real CPU tensors in one process (and
-``pivot.runtime.param_store`` serves one to other procs through a Monarch actor).
+The Global Parameter Storage implements it (``pivot.runtime.gps_source`` adapts
+``pivot.gps``); ``InMemoryParameterSource`` holds real CPU tensors in one process, for pure
+tests and the simulator.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""One Monarch mesh of 4 device slots for every runtime test (session scope)."""
+"""One Monarch mesh of 4 device slots, Reading from a real GPS actor, for every runtime
+test (session scope)."""
 
 import functools
 import logging
@@ -6,8 +7,10 @@ import logging
 import pytest
 import torch
 
+from pivot.gps.actor import GPSActor
+from pivot.gps.layout import ModelMeta, plan_storage
+from pivot.runtime.gps_source import GPSParameterSource
 from pivot.runtime.mesh import MeshController
-from pivot.runtime.param_store import ActorParameterSource, ParameterStoreActor
 from pivot.runtime.provision import spawn_host_service
 from pivot.shifting.contexts import InferenceContext, TinyMLP, TrainingContext
 from pivot.shifting.role_shift import SlotKind
@@ -30,15 +33,22 @@ def models():
 @pytest.fixture(scope="session")
 def mesh(models):
     logging.getLogger("pivot").setLevel(logging.INFO)
-    store = spawn_host_service("param_store", ParameterStoreActor, models)
+    metas = {m: ModelMeta.from_state_dict(m, sd) for m, sd in models.items()}
+    storage = plan_storage(list(metas.values()), 1, 1 << 30)
+    gps = spawn_host_service("gps", GPSActor, 0, storage, metas)
+    source = GPSParameterSource([gps], metas, storage, (0,) * 4)
+    for m, sd in models.items():
+        source.gps.load(m, sd)
     factories = {
         Role.ROLLOUT: functools.partial(InferenceContext, Role.ROLLOUT, 512, 64),
         Role.REWARD: functools.partial(InferenceContext, Role.REWARD, 256, 64),
         Role.TRAINING: functools.partial(TrainingContext, TinyMLP(POLICY_SIZES)),
     }
-    ctl = MeshController.local(4, ActorParameterSource(store), factories)
+    ctl = MeshController.local(4, source, factories)
     yield ctl
     ctl.stop()
+    source.gps.close()
+    gps.close.call_one().get()
 
 
 @pytest.fixture

@@ -18,7 +18,8 @@ def assert_same(a, b):
 
 def test_a_slot_shifts_rollout_to_reward_and_back_holding_the_right_weights(idle_mesh, models):
     m = idle_mesh
-    pid = m.describe(1)["pid"]
+    first = m.describe(1)
+    pid = first["pid"]
     m.shifter.shift_up(Role.ROLLOUT, "ro-0", (1,))
     info = m.describe(1)
     assert (info["role"], info["replica_id"]) == (Role.ROLLOUT, "ro-0")
@@ -37,7 +38,9 @@ def test_a_slot_shifts_rollout_to_reward_and_back_holding_the_right_weights(idle
     m.shifter.shift_down("rm-0", Role.ROLLOUT)
     m.shifter.shift_up(Role.ROLLOUT, "ro-1", (1,))
     assert_same(m.tensors(1, Role.ROLLOUT, "weights"), models[POLICY])
-    assert m.describe(1)["pid"] == pid
+    last = m.describe(1)
+    assert last["pid"] == pid
+    assert last["context_ids"] == first["context_ids"]  # contexts (engines) never rebuilt
     assert m.device_map.state(1).kind is SlotKind.ACTIVE
 
 
