@@ -43,6 +43,17 @@ class LoadArrays:
         self._nseq = np.array(nseq, dtype=float)
         self._ntok = np.array(ntok, dtype=float)
         self._cap = np.array(cap, dtype=float)
+        self._free = self._cap - self._ntok
+        self._tput = self.model.throughputs(self._nseq, self._ntok)
+
+    def _adjust(self, i: int, dseq: int, dtok: int) -> None:
+        """The one place a replica's load changes; keeps free KV and T_i in step."""
+        n = self._nseq[i] + dseq
+        t = self._ntok[i] + dtok
+        self._nseq[i] = n
+        self._ntok[i] = t
+        self._free[i] = self._cap[i] - t
+        self._tput[i] = self.model.throughput(int(n), int(t))
 
     def mask_of(self, replica_ids: Iterable[str] | None) -> np.ndarray | None:
         if replica_ids is None:
@@ -58,24 +69,23 @@ class LoadArrays:
         """Index of the eligible replica with the largest gain, or None if none has room."""
         if not self._ids:
             return None
-        ok = (self._cap - self._ntok) >= length + self.kv_reserve
+        gains = self.model.gains(self._nseq, self._ntok, length, before=self._tput)
+        full = self._free < length + self.kv_reserve
         if mask is not None:
-            ok &= mask
-        gains = self.model.gains(self._nseq, self._ntok, length)
-        gains[~ok] = -np.inf
-        i = int(np.argmax(gains))
-        return i if ok[i] else None
+            full |= ~mask
+        gains[full] = -np.inf
+        i = int(gains.argmax())
+        return None if full[i] else i
 
     def throughput_at(self, i: int) -> float:
-        return self.model.throughput(int(self._nseq[i]), int(self._ntok[i]))
+        return float(self._tput[i])
 
     def replica_throughput(self, replica_id: str) -> float:
         return self.throughput_at(self._index[replica_id])
 
     def aggregate_throughput(self) -> float:
         """Sum of the modeled T_i over active replicas (EvaluateThroughput of alg. 4)."""
-        return float(sum(self.model.throughput(int(n), int(t))
-                         for n, t in zip(self._nseq, self._ntok)))
+        return float(self._tput.sum())
 
     @property
     def replica_ids(self) -> list[str]:
@@ -148,8 +158,7 @@ class WhatIfLoad(LoadArrays):
         out = []
         for sid in targets:
             length = run.pop(sid)
-            self._nseq[i] -= 1
-            self._ntok[i] -= length
+            self._adjust(i, -1, -length)
             heapq.heappush(self._queue, ((sid, -1), sid, length))
             out.append(Abort(sid, replica_id))
         return out
@@ -164,16 +173,13 @@ class WhatIfLoad(LoadArrays):
                 break
             heapq.heappop(self._queue)
             self._mut(i)[sid] = length
-            self._nseq[i] += 1
-            self._ntok[i] += length
+            self._adjust(i, 1, length)
             out.append(Dispatch(sid, self._ids[i]))
         return out
 
     def move(self, seq_id: int, src: int, dst: int) -> list[Action]:
         length = self._mut(src).pop(seq_id)
-        self._nseq[src] -= 1
-        self._ntok[src] -= length
+        self._adjust(src, -1, -length)
         self._mut(dst)[seq_id] = length
-        self._nseq[dst] += 1
-        self._ntok[dst] += length
+        self._adjust(dst, 1, length)
         return [Abort(seq_id, self._ids[src]), Dispatch(seq_id, self._ids[dst], resume=True)]

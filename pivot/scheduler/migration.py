@@ -63,7 +63,7 @@ def shift_up_migration(sched: LoadArrays, up: list[ReplicaView],
     origin: dict[int, str] = {}  # first replica a migrated sequence left
     final: dict[int, str] = {}   # where it ends up
     version = [0] * len(ids)
-    heap = [(-model.throughput(int(nseq[i]), int(ntok[i])), 0, i) for i in range(len(ids))]
+    heap = [(-sched.throughput_at(i), 0, i) for i in range(len(ids))]
     heapq.heapify(heap)
     for _ in range(int(nseq.sum())):
         while heap and heap[0][1] != version[heap[0][2]]:
@@ -78,11 +78,9 @@ def shift_up_migration(sched: LoadArrays, up: list[ReplicaView],
         length = run[sid]
         # Tentatively take it off, pick the destination Dispatch would choose.
         n0, t0 = int(nseq[src]), int(ntok[src])
-        nseq[src] -= 1
-        ntok[src] -= length
+        sched._adjust(src, -1, -length)
         dst = sched.best_replica(length)
-        nseq[src] += 1
-        ntok[src] += length
+        sched._adjust(src, 1, length)
         if dst is None or dst == src:
             break
         n1, t1 = int(nseq[dst]), int(ntok[dst])
@@ -95,8 +93,7 @@ def shift_up_migration(sched: LoadArrays, up: list[ReplicaView],
         final[sid] = ids[dst]
         for i in (src, dst):
             version[i] += 1
-            heapq.heappush(heap, (-model.throughput(int(nseq[i]), int(ntok[i])),
-                                  version[i], i))
+            heapq.heappush(heap, (-sched.throughput_at(i), version[i], i))
     # A sequence may move more than once; the driver sees one abort and one dispatch.
     for sid, src_id in origin.items():
         if final[sid] != src_id:

@@ -107,8 +107,7 @@ class ShiftAwareScheduler(LoadArrays):
         length = seq.length
         v.running[seq.seq_id] = length
         v.num_tokens += length
-        self._nseq[i] += 1
-        self._ntok[i] += length
+        self._adjust(i, 1, length)
         seq.replica_id = rid
 
     def _unplace(self, seq_id: int) -> SequenceState:
@@ -119,8 +118,7 @@ class ShiftAwareScheduler(LoadArrays):
         i = self._index[rid]
         length = v.running.pop(seq_id)
         v.num_tokens -= length
-        self._nseq[i] -= 1
-        self._ntok[i] -= length
+        self._adjust(i, -1, -length)
         seq.replica_id = None
         return seq
 
@@ -140,7 +138,7 @@ class ShiftAwareScheduler(LoadArrays):
                 raise StateError(f"sequence {sid}: length {length} < prompt {seq.prompt_len}")
             v.running[sid] = length
             v.num_tokens += length - old
-            self._ntok[i] += length - old
+            self._adjust(i, 0, length - old)
             seq.generated_len = length - seq.prompt_len
 
     def finish(self, seq_id: int) -> SequenceState:

@@ -71,9 +71,9 @@ class ThroughputModel:
         np.maximum(lat, self.B, out=lat)
         lat += self.A * num_tokens
         lat += self.A * length + self.D
-        np.divide(n1, lat, out=lat)
-        lat -= before
-        return lat
+        np.divide(n1, lat, out=n1)
+        n1 -= before
+        return n1
 
     def throughputs(self, num_seqs: np.ndarray, num_tokens: np.ndarray) -> np.ndarray:
         """Vectorised ``throughput``."""
