@@ -213,34 +213,81 @@ def water_fill(acc: np.ndarray, cost: np.ndarray, m: int) -> np.ndarray:
     return counts
 
 
-def _assign(nbytes: np.ndarray, cset: np.ndarray, recv_host: np.ndarray,
+def _water_fill_small(acc: list[float], cost: list[float], m: int) -> list[int]:
+    """:func:`water_fill` on Python lists: faster for the few candidates of a Read."""
+    order = sorted(range(len(acc)), key=acc.__getitem__)
+    si = sa = 0.0
+    level = 0.0
+    for g in order:
+        if si and acc[g] >= level:
+            break
+        si += 1.0 / cost[g]
+        sa += acc[g] / cost[g]
+        level = (m + sa) / si
+    counts = [max(int((level - a) / c), 0) if level > a else 0 for a, c in zip(acc, cost)]
+    s = sum(counts)
+    while s > m:
+        g = max((i for i in range(len(acc)) if counts[i]),
+                key=lambda i: acc[i] + counts[i] * cost[i])
+        counts[g] -= 1
+        s -= 1
+    while s < m:
+        g = min(range(len(acc)), key=lambda i: acc[i] + (counts[i] + 1) * cost[i])
+        counts[g] += 1
+        s += 1
+    return counts
+
+
+def _assign(nbytes: np.ndarray, cset: np.ndarray, recv_host: np.ndarray, rclass: np.ndarray,
             candidates: Sequence[np.ndarray], sender_host: np.ndarray, num_senders: int,
             links: LinkProfile, greedy: bool
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Chooses a sender per demand: (sender, link, cost) per demand and load per sender."""
+    """Chooses a sender per demand: (sender, link, cost) per demand and load per sender.
+
+    Demands with equal ``(size, cset, rclass)`` have equal candidate costs and form one
+    run; ``rclass`` must determine which candidates are local to the receiving host.
+    """
     n = nbytes.size
     sender = np.empty(n, dtype=np.int64)
     if not greedy or all(c.size == 1 for c in candidates):
         first = np.array([c[0] for c in candidates], dtype=np.int64)
         sender[:] = first[cset]
-    else:
+    elif n:
         acc = np.zeros(num_senders)
-        order = np.lexsort((recv_host, cset, -nbytes))
-        nb_s, cs_s, rh_s = nbytes[order], cset[order], recv_host[order]
-        change = np.flatnonzero((np.diff(nb_s) != 0) | (np.diff(cs_s) != 0)
-                                | (np.diff(rh_s) != 0)) + 1
-        bounds = np.concatenate([[0], change, [n]])
-        for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-            cands = candidates[int(cs_s[lo])]
-            b = float(nb_s[lo])
-            local = sender_host[cands] == rh_s[lo]
-            cost = np.where(local, b / links.local_bw, b / links.remote_bw) + links.per_transfer_s
-            counts = water_fill(acc[cands], cost, hi - lo)
-            acc[cands] += counts * cost
+        order = np.lexsort((rclass, cset, -nbytes))
+        nb_s, cs_s, rc_s = nbytes[order], cset[order], rclass[order]
+        change = np.flatnonzero((nb_s[1:] != nb_s[:-1]) | (cs_s[1:] != cs_s[:-1])
+                                | (rc_s[1:] != rc_s[:-1])) + 1
+        bounds = np.concatenate([[0], change, [n]]).tolist()
+        firsts = order[bounds[:-1]]
+        run_b = nbytes[firsts].tolist()
+        run_c = cset[firsts].tolist()
+        run_h = recv_host[firsts].tolist()
+        cand_hosts = [sender_host[c].tolist() for c in candidates]
+        cand_list = [c.tolist() for c in candidates]
+        acc_l = acc.tolist()
+        lb, rb, c0 = 1.0 / links.local_bw, 1.0 / links.remote_bw, links.per_transfer_s
+        for i in range(len(run_b)):
+            lo, hi = bounds[i], bounds[i + 1]
+            cands = candidates[run_c[i]]
+            b, h = run_b[i], run_h[i]
+            cost = [b * (lb if ch == h else rb) + c0 for ch in cand_hosts[run_c[i]]]
+            if len(cost) <= 32:
+                cl = cand_list[run_c[i]]
+                counts = _water_fill_small([acc_l[g] for g in cl], cost, hi - lo)
+                for g, k, c in zip(cl, counts, cost):
+                    acc_l[g] += k * c
+            else:
+                cnp = np.asarray(cost)
+                a = np.asarray(acc_l)
+                counts = water_fill(a[cands], cnp, hi - lo)
+                a[cands] += counts * cnp
+                acc_l = a.tolist()
             sender[order[lo:hi]] = np.repeat(cands, counts)
-    link = np.where(sender_host[sender] == recv_host, Link.LOCAL, Link.REMOTE).astype(np.int8)
-    bw = np.where(link == Link.LOCAL, links.local_bw, links.remote_bw)
-    cost = nbytes / bw + links.per_transfer_s
+    remote = sender_host[sender] != recv_host
+    link = remote.view(np.int8)  # Link.LOCAL = 0, Link.REMOTE = 1
+    cost = nbytes * np.where(remote, 1.0 / links.remote_bw, 1.0 / links.local_bw)
+    cost += links.per_transfer_s
     load = np.bincount(sender, weights=cost, minlength=num_senders)
     return sender, link, cost, load
 
@@ -258,6 +305,14 @@ class _ModelTables:
     sh_slot: np.ndarray
     sh_r0: np.ndarray
     sh_r1: np.ndarray
+    layer: np.ndarray
+    """Decoder layer of each parameter; -1 for those on the first stage, -2 the last."""
+    num_layers: int
+
+    def stages(self, pp: int) -> np.ndarray:
+        """PP stage of every parameter (as :func:`pivot.gps.layout.param_stage`)."""
+        st = np.minimum(self.layer * pp // self.num_layers, pp - 1)
+        return np.where(self.layer == -1, 0, np.where(self.layer == -2, pp - 1, st))
 
 
 class Planner:
@@ -294,8 +349,11 @@ class Planner:
         rows = np.array([p.shape[0] for p in m.params], dtype=np.int64)
         row_bytes = np.array([p.nbytes // p.shape[0] for p in m.params], dtype=np.int64)
         a = functools.partial(np.array, dtype=np.int64)
+        nl = m.num_layers
+        layer = a([p.layer if p.layer is not None else
+                   (-2 if param_stage(p, nl, 2) == 1 else -1) for p in m.params])
         return _ModelTables(m, {p.name: i for i, p in enumerate(m.params)}, rows, row_bytes,
-                            a(sp), a(si), a(ss), a(r0), a(r1))
+                            a(sp), a(si), a(ss), a(r0), a(r1), layer, nl)
 
     def read(self, model: str, devices: Sequence[int], layout: ParallelLayout) -> Plan:
         return self._plan("read", model, devices, layout)
@@ -329,8 +387,9 @@ class Planner:
         if bad:
             raise ConfigError(f"{model}: devices {bad} do not exist (the pool has {n} "
                               f"devices, 0..{n - 1}); ask for existing devices")
-        if layout.pp > meta.num_layers:
-            raise ConfigError(f"{model}: PP={layout.pp} exceeds its {meta.num_layers} layers")
+        nl = self._tables[model].num_layers
+        if layout.pp > nl:
+            raise ConfigError(f"{model}: PP={layout.pp} exceeds its {nl} layers")
         known = {p.name: p for p in meta.params}
         for name, d in layout.split_dims:
             p = known.get(name)
@@ -352,9 +411,7 @@ class Planner:
         split = dict(layout.split_dims)
         dpar = np.array([-1 if split.get(p.name) is None else split[p.name]
                          for p in tb.meta.params], dtype=np.int64)
-        nl = tb.meta.num_layers
-        stage_p = np.array([param_stage(p, nl, layout.pp) for p in tb.meta.params],
-                           dtype=np.int64)
+        stage_p = tb.stages(layout.pp)
         dim_d = np.array([p.shape[d] if d >= 0 else 1 for p, d in zip(tb.meta.params, dpar)],
                          dtype=np.int64)
         tp = layout.tp
@@ -407,8 +464,12 @@ class Planner:
             cell = np.concatenate([np.repeat(idx[one], dp), np.repeat(idx[~one], dp * tp)])
             rank = np.concatenate([r_one.ravel(), r_all.ravel()])
             cands = [np.arange(st.groups, dtype=np.int64) * st.k + s for s in range(st.k)]
+            rh = dev_host[rank]
+            slot = cells.slot[cell]
+            local_pos = (rh if st.groups == 1 else
+                         np.where(rh % st.k == slot, rh // st.k, -1))  # unused when 1 group
             sender, link, cost, load = _assign(
-                cells.nbytes[cell], cells.slot[cell], dev_host[rank], cands,
+                cells.nbytes[cell], slot, rh, local_pos, cands,
                 np.arange(st.hosts), st.hosts, self.links, greedy)
             host = sender
             num_candidates = st.hosts
@@ -425,7 +486,7 @@ class Planner:
                 cands.append((dpi[:, None] * pp * tp + s * tp + (np.arange(tp)[None, :]
                               if t < 0 else t)).ravel().astype(np.int64))
             sender, link, cost, load = _assign(
-                cells.nbytes[cell], cset_of[cell], host, cands, dev_host, layout.world,
+                cells.nbytes[cell], cset_of[cell], host, host, cands, dev_host, layout.world,
                 self.links, greedy)
             rank = sender
             num_candidates = layout.world
