@@ -1,0 +1,146 @@
+"""The one step loop of a generator replica: a thread that steps the engine while it holds
+sequences; every other call takes the same lock, so it lands between two steps.
+
+Plain threading, no Monarch: the actor (``pivot.roles.generator``) and the role context
+of a device slot share one loop per process (``shared_loop``), so a shift down cannot
+free memory under a running step.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+from pivot.errors import PivotError, StateError
+from pivot.roles.engine.config import EngineConfig
+from pivot.roles.engine.requests import GenRequest, SeqResult
+from pivot.roles.engine.vllm_engine import VllmEngine
+
+log = logging.getLogger(__name__)
+R = TypeVar("R")
+
+
+class StepLoop:
+    """Steps ``engine`` in a background thread; finished sequences wait in ``done``."""
+
+    def __init__(self, engine: VllmEngine, idle_wait_s: float = 0.01):
+        self.engine = engine
+        self.cond = threading.Condition()
+        self.done: dict[int, SeqResult] = {}
+        self.error: BaseException | None = None
+        self._idle = idle_wait_s
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="generator-step", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                while not self._stop and not self.engine.live:
+                    self.cond.wait(self._idle)
+                if self._stop:
+                    return
+                try:
+                    for r in self.engine.step():
+                        self.done[r.seq_id] = r
+                except BaseException as e:  # the loop must not die silently
+                    log.exception("engine step failed")
+                    self.error = e
+                    for s in list(self.engine.live):
+                        self.done[s] = SeqResult(s, 0, [], [], "error", f"step failed: {e}")
+                    self.engine.live.clear()
+                self.cond.notify_all()
+            time.sleep(0)  # let waiting callers take the lock between steps
+
+    def call(self, fn: Callable[[VllmEngine], R]) -> R:
+        """Runs ``fn(engine)`` between two steps."""
+        with self.cond:
+            out = fn(self.engine)
+            self.cond.notify_all()
+            return out
+
+    def submit(self, reqs: Iterable[GenRequest]) -> list[str | None]:
+        """Adds the sequences; per request None or the error that rejected it (only that
+        request is lost)."""
+        errs: list[str | None] = []
+        with self.cond:
+            for r in reqs:
+                try:
+                    self.engine.submit(r)
+                    errs.append(None)
+                except PivotError as e:
+                    errs.append(str(e))
+            self.cond.notify_all()
+        return errs
+
+    def abort(self, seq_ids: Iterable[int]) -> dict[int, SeqResult]:
+        """Aborts running sequences (tokens kept); a sequence that already finished comes
+        back as finished instead."""
+        ids = list(seq_ids)
+        with self.cond:
+            out = self.engine.abort(ids)
+            for s in ids:
+                if s not in out and s in self.done:
+                    out[s] = self.done.pop(s)
+            return out
+
+    def collect(self) -> dict[int, SeqResult]:
+        """Pops every finished sequence."""
+        with self.cond:
+            out, self.done = self.done, {}
+            return out
+
+    def wait(self, seq_ids: Iterable[int], timeout_s: float = 300.0) -> dict[int, SeqResult]:
+        """Blocks until every sequence in ``seq_ids`` finished; pops and returns them."""
+        ids = set(seq_ids)
+        deadline = time.monotonic() + timeout_s
+        with self.cond:
+            while not ids <= set(self.done):
+                lost = ids - set(self.done) - set(self.engine.live)
+                if lost:
+                    raise StateError(f"sequences {sorted(lost)} neither run nor finished here")
+                if not self.cond.wait(max(deadline - time.monotonic(), 0)):
+                    raise TimeoutError(f"{len(ids - set(self.done))} sequences unfinished "
+                                       f"after {timeout_s} s")
+            return {s: self.done.pop(s) for s in ids}
+
+    def first_tokens(self, seq_ids: Iterable[int], timeout_s: float = 60.0) -> float:
+        """Blocks until each sequence produced a token since it was submitted (its
+        re-prefill is done); returns the sum of their submit-to-first-token seconds."""
+        ids = list(seq_ids)
+        deadline = time.monotonic() + timeout_s
+        with self.cond:
+            while True:
+                times = [self.engine.first_token_s(s) for s in ids
+                         if s in self.engine.live]
+                if all(t is not None for t in times):
+                    return float(sum(times))
+                if not self.cond.wait(max(deadline - time.monotonic(), 0)):
+                    raise TimeoutError(f"re-prefill not done after {timeout_s} s")
+
+    def close(self) -> None:
+        with self.cond:
+            self._stop = True
+            self.cond.notify_all()
+        self._thread.join(timeout=10)
+
+
+_LOOPS: dict[EngineConfig, StepLoop] = {}
+
+
+def shared_loop(cfg: EngineConfig) -> StepLoop:
+    """The process's loop for ``cfg``, started on first use (one engine per device slot,
+    shared by the rollout and reward contexts and the generator actor)."""
+    if cfg not in _LOOPS:
+        _LOOPS[cfg] = StepLoop(VllmEngine(cfg))
+    return _LOOPS[cfg]
+
+
+def close_shared_loops() -> None:
+    for cfg in list(_LOOPS):
+        loop = _LOOPS.pop(cfg)
+        loop.close()
+        loop.engine.shutdown()
