@@ -1,0 +1,1 @@
+"""Gin plumbing shared by the launchers: parse with checks, build the chosen driver."""

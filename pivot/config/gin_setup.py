@@ -1,0 +1,55 @@
+"""Parses gin files strictly and builds the driver that ``run.driver`` names.
+
+Parsing uses ``skip_unknown=False``: an unknown configurable or binding fails before any
+work, with the file and binding in the message and the fix.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import gin
+
+from pivot.errors import ConfigError, PivotError
+
+log = logging.getLogger(__name__)
+
+
+def register() -> None:
+    """Imports every module whose classes gin files may name."""
+    import pivot.planner  # noqa: F401  (PivotPlanner, NoShiftPlanner, ...)
+    import pivot.sim  # noqa: F401
+
+
+@gin.configurable("run")
+def build_driver(driver=gin.REQUIRED):
+    """``run.driver = @SimDriver`` (or a later ``@LocalDriver``): the driver to build."""
+    return driver()
+
+
+def parse(gin_files: list[str], bindings: list[str]) -> None:
+    """Parses files then ``--gin_param`` overrides; raises ConfigError naming the problem."""
+    register()
+    gin.clear_config()
+    for f in gin_files:
+        if not Path(f).is_file():
+            raise ConfigError(f"gin file {f} does not exist; pass one of gin/*.gin "
+                              f"(e.g. gin/qwen7b_30b.gin)")
+    try:
+        gin.parse_config_files_and_bindings(gin_files, bindings, skip_unknown=False)
+    except (ValueError, KeyError, ImportError, NameError, SyntaxError) as e:
+        raise ConfigError(f"bad gin config in {', '.join(gin_files) or '(none)'} / bindings "
+                          f"{bindings}: {e}. Fix the named binding (see gin/base.gin for "
+                          f"the configurables and their parameters)") from None
+
+
+def build() -> object:
+    """Builds the driver, turning gin's wrapped errors into ConfigError with the binding."""
+    try:
+        return build_driver()
+    except PivotError as e:
+        raise ConfigError(f"{e}") from None
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"building the driver failed: {e}. Check the gin bindings it "
+                          f"names") from None

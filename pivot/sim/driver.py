@@ -1,0 +1,190 @@
+"""The ``sim`` driver: the real control plane on a simulated cluster (DESIGN.md).
+
+    driver = SimDriver(group=..., deployment=..., steps=5, seed=0)
+    result = driver.run()        # SimResult: throughput, trace, shifts, planner timings
+
+Loop: pop the next event (a replica's finish or KV overflow, a planner tick, training
+start or end); at each tick bring every replica to now, build the monitor's snapshot
+(``pivot.planner.monitor``), ask the planner, and carry a plan out with the real
+``ShiftExecutor`` over a ``DeviceMap`` whose clock is virtual time.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import time
+from dataclasses import dataclass, field
+
+import gin
+import numpy as np
+
+from pivot.errors import ConfigError
+from pivot.planner.monitor import RoleShape, snapshot
+from pivot.planner.plan import ShiftDown, ShiftPlan
+from pivot.planner.shift_pairs import _host_groups
+from pivot.scheduler.scheduler import ShiftAwareScheduler
+from pivot.scheduler.throughput import BinaryThroughputModel
+from pivot.shifting.device_map import DeviceMap
+from pivot.shifting.executor import ShiftExecutor
+from pivot.shifting.shifter import Shifter
+from pivot.sim.deployment import Deployment, ModelGroup
+from pivot.sim.engine import REPLICA, TICK, TRAIN_DONE, TRAIN_START, SimCluster, VirtualClock
+from pivot.sim.metrics import SimResult, Tracer
+from pivot.sim.workflow import Workflow
+from pivot.types import INFERENCE_ROLES, Role, TrainingLoad
+
+log = logging.getLogger(__name__)
+
+
+@gin.configurable
+class SimDriver:
+    """Args:
+        group: the model group (table 1) and its cluster.
+        deployment: the deployment / strategy.
+        steps: RL steps to run.
+        seed: seeds the length draws.
+        tick_s: planner period in virtual seconds.
+        kv_reserve: free KV tokens a replica keeps for growth (scheduler eligibility).
+        max_virtual_s: a run past this virtual time is an error (a stuck workflow).
+    """
+
+    def __init__(self, group: ModelGroup = gin.REQUIRED, deployment: Deployment = gin.REQUIRED,
+                 steps: int = 5, seed: int = 0, tick_s: float = 2.0, kv_reserve: int = 2048,
+                 max_virtual_s: float = 1e6) -> None:
+        if steps < 2:
+            raise ConfigError(f"SimDriver.steps must be >= 2 (throughput is measured from "
+                              f"the end of step 1), got {steps}")
+        self.group, self.dep = group, deployment
+        self.steps, self.seed, self.tick_s = steps, seed, tick_s
+        self.max_virtual_s = max_virtual_s
+        g, d = group, deployment
+        self.train_needed = (g.devices if d.training_devices == -1 else
+                             d.training_devices or g.training.devices)
+        profiles = {Role.ROLLOUT: g.policy, Role.REWARD: g.genrm or g.policy}
+        self.models = {r: profiles[r].decode_model() for r in INFERENCE_ROLES}
+        sched_model = ({r: BinaryThroughputModel() for r in INFERENCE_ROLES}
+                       if d.binary_scheduler else self.models)
+        self.schedulers = {r: ShiftAwareScheduler(r, sched_model[r],
+                                                  migrate_on_shift_up=d.migrate_on_shift_up,
+                                                  kv_reserve=kv_reserve)
+                           for r in INFERENCE_ROLES}
+        self.clock = VirtualClock()
+        self.workflow = Workflow(g.prompts_per_step, g.n, steps, d.staleness, g.lengths,
+                                 np.random.default_rng(seed), genrm=g.genrm is not None)
+        self.cluster = SimCluster(profiles, g.training, g.shift_cost, self.schedulers,
+                                  self.workflow, self.clock)
+        hosts = tuple(i // g.devices_per_host for i in range(g.devices))
+        self.device_map = DeviceMap(hosts, clock=self.clock)
+        self.shifter = Shifter(self.device_map, self.cluster)
+        self.executor = ShiftExecutor(self.shifter, self.schedulers, self.cluster)
+        self.planner = d.planner(self.models[Role.ROLLOUT], self.models[Role.REWARD])
+        if hasattr(self.planner, "bind"):
+            self.planner.bind(self.workflow.oldest_rollout_done)
+        self.shapes = {r: RoleShape(profiles[r].devices, profiles[r].kv_capacity(),
+                                    g.devices // profiles[r].devices,
+                                    sum(g.shift_cost.inference_up(profiles[r]).values()))
+                       for r in INFERENCE_ROLES}
+        self.tracer = Tracer()
+        self._check_split()
+
+    def _check_split(self) -> None:
+        g, d = self.group, self.dep
+        pool = g.devices - (self.train_needed if d.training_home else 0)
+        ro = pool - d.reward_devices if d.rollout_devices == -1 else d.rollout_devices
+        if ro < 0 or d.reward_devices < 0 or ro + d.reward_devices > pool:
+            raise ConfigError(
+                f"Deployment {d.name}: rollout_devices={d.rollout_devices}, reward_devices="
+                f"{d.reward_devices} and {self.train_needed if d.training_home else 0} "
+                f"training devices exceed the cluster's {g.devices}; fix "
+                f"Deployment.rollout_devices / reward_devices")
+        self.split = (ro, d.reward_devices)
+
+    # --------------------------------------------------------------- provisioning
+    def _provision(self) -> None:
+        """Initial placement through the executor, free of shift cost."""
+        g = self.group
+        self.cluster.free_provisioning = True
+        free = list(range(g.devices))
+        if self.dep.training_home:
+            devs = tuple(free[-self.train_needed:])
+            free = free[:-self.train_needed]
+            self.executor.execute(ShiftPlan(Role.TRAINING, (ShiftDown(None, None, devs),),
+                                            (devs,), reason="provision"))
+        for role, count in zip(INFERENCE_ROLES, self.split):
+            size = self.shapes[role].replica_devices
+            groups = _host_groups(free[:count], self.device_map.device_host, size,
+                                  g.devices_per_host)
+            if groups:
+                used = {x for grp in groups for x in grp}
+                free = [x for x in free if x not in used]
+                self.executor.execute(ShiftPlan(role, (ShiftDown(None, None, tuple(used)),),
+                                                tuple(groups), reason="provision"))
+        self.cluster.free_provisioning = False
+
+    # --------------------------------------------------------------- control plane
+    def _training_load(self) -> TrainingLoad:
+        tr = self.cluster.training
+        return TrainingLoad(devices_needed=self.train_needed, devices=tr.devices,
+                            busy=tr.busy or tr.ready_at > self.clock.now,
+                            batch_ready=self.workflow.batch_ready(),
+                            tau_shift=sum(self.group.shift_cost.training_up(
+                                self.group.policy, self.train_needed).values()))
+
+    def _tick(self) -> None:
+        c = self.cluster
+        c.sync_all()
+        from pivot.shifting.role_shift import SlotKind
+        snap = snapshot(self.clock.now, self.schedulers, self.shapes, self._training_load(),
+                        self.device_map.device_host,
+                        self.device_map.devices_in(SlotKind.IDLE),
+                        self.device_map.devices_in(SlotKind.LOST))
+        t0 = time.perf_counter()
+        plan = self.planner.plan(snap)
+        self.tracer.planner_call(time.perf_counter() - t0,
+                                 getattr(self.planner, "last_timings", {}), plan is not None)
+        if plan is not None:
+            report = self.executor.execute(plan)
+            self.tracer.shift(self.clock.now, plan, report)
+            c._dirty.update(INFERENCE_ROLES)
+            c.maybe_start_training()
+        self.tracer.sample(self.clock.now, c, self.device_map)
+
+    def _release_training(self) -> None:
+        tr = self.cluster.training
+        if (self.dep.release_idle_training and tr.devices and not tr.busy
+                and not self.workflow.batch_ready()):
+            self.shifter.shift_down(tr.replica_id)
+
+    def run(self, progress=None) -> SimResult:
+        c, wf = self.cluster, self.workflow
+        wall0 = time.perf_counter()
+        for seq in wf.release():
+            self.schedulers[Role.ROLLOUT].submit(seq)
+        self._provision()
+        c._dirty.update(INFERENCE_ROLES)
+        c.dispatch_dirty()
+        c.push(0.0, TICK)
+        while not wf.done:
+            if not c.heap:
+                raise ConfigError("the simulation ran out of events before the last step; "
+                                  "the deployment cannot make progress")
+            t, _, kind, key = heapq.heappop(c.heap)
+            if t > self.max_virtual_s:
+                raise ConfigError(f"virtual time passed SimDriver.max_virtual_s="
+                                  f"{self.max_virtual_s}; the deployment is stuck")
+            self.clock.now = max(self.clock.now, t)
+            if kind == REPLICA:
+                c.on_replica_event(key, t)
+            elif kind == TICK:
+                self._tick()
+                c.push(self.clock.now + self.tick_s, TICK)
+            elif kind == TRAIN_START:
+                c.maybe_start_training()
+            elif kind == TRAIN_DONE:
+                c.on_train_done()
+                self._release_training()
+                if progress is not None:
+                    progress(wf.version, self.clock.now)
+            c.dispatch_dirty()
+        return self.tracer.result(self, time.perf_counter() - wall0)

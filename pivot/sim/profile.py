@@ -1,0 +1,162 @@
+"""Simulated models: decode, prefill, KV capacity, training time and shift cost (sec. 8.1).
+
+Every number here is a gin binding in ``gin/<group>.gin`` with its source; the maths is
+plain functions of those numbers.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import gin
+
+from pivot.errors import ConfigError
+from pivot.scheduler.throughput import ThroughputModel
+from pivot.sim.calibration import H20_BF16_TFLOPS, StandIn, h20_profile
+
+H20_MEMORY_BYTES = 96e9
+"""Per-device HBM of the paper's H20 (sec. 8.1)."""
+
+
+@gin.configurable
+@dataclass(frozen=True)
+class ModelProfile:
+    """One model as served by an inference replica (or trained), on H20.
+
+    Attributes:
+        name: model name (table 1).
+        params_b / active_params_b: total and per-token active parameters, billions.
+        kv_bytes_per_token: KV cache bytes per token over all layers (bf16).
+        devices: devices per replica, TP x EP (table 1).
+        stand_in: the calibrated H100 configuration its decode model is scaled from.
+        prefill_mfu: fraction of H20 bf16 peak a prefill reaches (compute bound).
+        mem_util: fraction of HBM vLLM may use (``gpu_memory_utilization``).
+        throughput: explicit A, B, C, D (seconds); None means fit from ``stand_in``.
+    """
+
+    name: str
+    params_b: float
+    active_params_b: float
+    kv_bytes_per_token: float
+    devices: int
+    stand_in: StandIn | None = None
+    prefill_mfu: float = 0.5
+    mem_util: float = 0.9
+    throughput: ThroughputModel | None = None
+
+    def __post_init__(self) -> None:
+        if self.devices <= 0 or self.params_b <= 0 or self.kv_bytes_per_token <= 0:
+            raise ConfigError(f"ModelProfile {self.name}: devices, params_b and "
+                              f"kv_bytes_per_token must be > 0")
+        if self.stand_in is None and self.throughput is None:
+            raise ConfigError(f"ModelProfile {self.name}: bind ModelProfile.stand_in (a "
+                              f"calibration row) or ModelProfile.throughput")
+        if self.kv_capacity() <= 0:
+            raise ConfigError(
+                f"ModelProfile {self.name}: {self.weight_bytes / 1e9:.0f} GB of weights "
+                f"do not fit {self.devices} x 96 GB at mem_util={self.mem_util}; raise "
+                f"ModelProfile.devices (TP/EP) in the model group's gin file")
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.params_b * 1e9 * 2.0  # bf16
+
+    def decode_model(self) -> ThroughputModel:
+        """A, B, C, D of this model on one replica (fitted, then scaled to H20)."""
+        if self.throughput is not None:
+            return self.throughput
+        return _fitted(self.stand_in)
+
+    def kv_capacity(self) -> int:
+        """Tokens of KV cache one replica holds: free HBM over KV bytes per token."""
+        free = self.devices * H20_MEMORY_BYTES * self.mem_util - self.weight_bytes
+        return int(free / self.kv_bytes_per_token)
+
+    def prefill_rate(self) -> float:
+        """Prefill tokens per second of one replica: 2 x active params FLOPs per token."""
+        flops = self.devices * H20_BF16_TFLOPS * 1e12 * self.prefill_mfu
+        return flops / (2.0 * self.active_params_b * 1e9)
+
+
+@functools.lru_cache(maxsize=32)
+def _fitted(stand_in: StandIn) -> ThroughputModel:
+    return h20_profile(stand_in)[0]
+
+
+@gin.configurable
+@dataclass(frozen=True)
+class TrainingProfile:
+    """Policy training time per RL step (actor update + old log-prob, sec. 8.1).
+
+    t = 8 * active params * tokens / (devices * peak * mfu) + overhead_s: 6 FLOPs per
+    parameter and token for forward + backward, 2 for the old log-prob forward. ``mfu``
+    is fitted to verl's DAPO 7B step on 128 H20 (114 s + 54 s) by ``launchers/calibrate.py``.
+    """
+
+    devices: int
+    mfu: float = 0.3
+    overhead_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.devices <= 0 or not 0 < self.mfu <= 1:
+            raise ConfigError(f"TrainingProfile: devices must be > 0 and 0 < mfu <= 1, got "
+                              f"devices={self.devices}, mfu={self.mfu}")
+
+    def step_seconds(self, policy: ModelProfile, tokens: int, devices: int) -> float:
+        flops = 8.0 * policy.active_params_b * 1e9 * tokens
+        return flops / (devices * H20_BF16_TFLOPS * 1e12 * self.mfu) + self.overhead_s
+
+
+@gin.configurable
+@dataclass(frozen=True)
+class ShiftCost:
+    """Bytes-over-bandwidth shift costs (sec. 5, fig. 12/13).
+
+    Inference shift up reads the replica's weights from GPS host memory over the host's
+    PCIe (``pcie_gbs``, 63 GB/s, sec. 5.1) with a ``remote_fraction`` over RDMA
+    (``rdma_gbs``, 50 GB/s) and pays ``inference_up_s`` to reallocate the KV cache and CUDA
+    graphs. Shift down discards parameters and temporary context: ``inference_down_s``.
+    Training up reloads weights, gradients and Adam state (16 bytes/param, sharded over
+    its hosts); training down offloads the same bytes.
+    """
+
+    pcie_gbs: float = 63.0
+    rdma_gbs: float = 50.0
+    remote_fraction: float = 0.0
+    inference_up_s: float = 0.8
+    inference_down_s: float = 0.5
+    training_up_s: float = 2.0
+    training_down_s: float = 1.0
+    devices_per_host: int = 8
+
+    def _read(self, nbytes: float) -> float:
+        local = nbytes * (1 - self.remote_fraction) / (self.pcie_gbs * 1e9)
+        return local + nbytes * self.remote_fraction / (self.rdma_gbs * 1e9)
+
+    def inference_up(self, m: ModelProfile) -> dict[str, float]:
+        hosts = max(1, math.ceil(m.devices / self.devices_per_host))
+        return {"read_parameters": self._read(m.weight_bytes / hosts),
+                "reallocate_temporary": self.inference_up_s}
+
+    def inference_down(self, m: ModelProfile) -> dict[str, float]:
+        return {"discard": self.inference_down_s}
+
+    def training_bytes_per_host(self, m: ModelProfile, devices: int) -> float:
+        hosts = max(1, math.ceil(devices / self.devices_per_host))
+        return m.params_b * 1e9 * 16.0 / hosts
+
+    def training_up(self, m: ModelProfile, devices: int) -> dict[str, float]:
+        return {"reload_offloadable": self._read(self.training_bytes_per_host(m, devices)),
+                "reallocate_temporary": self.training_up_s}
+
+    def training_down(self, m: ModelProfile, devices: int) -> dict[str, float]:
+        return {"offload": self.training_bytes_per_host(m, devices) / (self.pcie_gbs * 1e9),
+                "discard": self.training_down_s}
+
+    def weight_update(self, m: ModelProfile) -> float:
+        """A rollout replica's read of new policy weights after a training step (GPS
+        Write is overlapped with the next step, sec. 5.1)."""
+        hosts = max(1, math.ceil(m.devices / self.devices_per_host))
+        return self._read(m.weight_bytes / hosts)
