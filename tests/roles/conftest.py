@@ -67,3 +67,9 @@ class HFReference:
 @pytest.fixture(scope="session")
 def hf(tiny_model):
     return HFReference(tiny_model)
+
+
+@pytest.fixture(scope="session")
+def hf_disk(tiny_model):
+    """transformers with the weights on disk (what a freshly started engine serves)."""
+    return HFReference(tiny_model)
