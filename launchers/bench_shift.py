@@ -112,7 +112,7 @@ def run(devices: int, reps: int, kv_mib: int, threads: int | None) -> dict:
     for i in range(reps):
         t = time.perf_counter()
         ctl.slots[0].stop().get()
-        ctl.slots[0] = spawn_on(ctl.alloc, 0, f"slot0r{i}", SlotActor, 0, 0, source, factories,
+        ctl.slots[0] = spawn_on(ctl.procs[0], f"slot0x{i}", SlotActor, 0, 0, source, factories,
                                 threads)
         same_pid = ctl.slots[0].describe.call_one().get()["pid"] == pid
         restart.append(time.perf_counter() - t)

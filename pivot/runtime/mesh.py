@@ -11,6 +11,7 @@ Shifting never restarts a process or an engine; it only changes what the slots h
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import monarch.actor
 
 from pivot.errors import StateError
-from pivot.runtime.provision import Allocation, allocate, spawn_on
+from pivot.runtime.provision import Allocation, allocate, replacement_proc, spawn_on
 from pivot.runtime.slot import SlotActor
 from pivot.shifting.contexts import RoleContext
 from pivot.shifting.device_map import Clock, DeviceMap
@@ -39,26 +40,44 @@ class MeshController:
         factories: role -> context factory, built once in every slot.
         clock: time source of the device map's events.
         torch_threads: intra-op threads per slot proc (None: torch's default).
+        call_timeout_s: a slot call that takes longer fails (a dead process never answers).
     """
 
     def __init__(self, alloc: Allocation, source: ParameterSource,
                  factories: Mapping[Role, Callable[[], RoleContext]],
-                 clock: Clock = time.monotonic, torch_threads: int | None = 1):
+                 clock: Clock = time.monotonic, torch_threads: int | None = 1,
+                 call_timeout_s: float = 120.0):
         if not factories:
             raise StateError("MeshController: factories is empty; give a context factory "
                              "for each role the slots may take")
+        if call_timeout_s <= 0:
+            raise StateError(f"MeshController: call_timeout_s must be > 0, got {call_timeout_s}")
         self.alloc = alloc
+        self.timeout = call_timeout_s
+        self._slot_args = (source, dict(factories), torch_threads)
         self.failures: list[str] = []
+        self._faults: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+        self.dead: set[int] = set()
         monarch.actor.unhandled_fault_hook = self._on_fault
         t = time.perf_counter()
-        self.slots = [spawn_on(alloc, d, f"slot{d}", SlotActor, d, h, source, dict(factories),
-                              torch_threads)
-                      for d, h in enumerate(alloc.device_host)]
+        self.procs = [alloc.proc(d) for d in range(len(alloc.device_host))]
+        self._gen = [0] * len(self.procs)
+        self.slots = [self._spawn(d, self._names[d]) for d in range(len(self.procs))]
         self.describe_all()  # waits for every constructor, so spawn time is measured whole
         self.spawn_s = time.perf_counter() - t
         self.device_map = DeviceMap(alloc.device_host, clock=clock)
         self.shifter = Shifter(self.device_map, self)
         log.info("spawned %d slots in %.2f s", len(self.slots), self.spawn_s)
+
+    @property
+    def _names(self) -> list[str]:
+        """Slot mesh names; Monarch reports failures as ``<name>-<uid>``."""
+        return [f"slot{d}" if g == 0 else f"slot{d}r{g}" for d, g in enumerate(self._gen)]
+
+    def _spawn(self, device: int, name: str):
+        return spawn_on(self.procs[device], name, SlotActor, device,
+                        self.alloc.device_host[device], *self._slot_args)
 
     @classmethod
     def local(cls, num_devices: int, source: ParameterSource,
@@ -71,51 +90,79 @@ class MeshController:
     # ---- SlotBackend -----------------------------------------------------------------
     def shift_down(self, role: Role, replica_id: str, devices: tuple[int, ...]) -> ShiftResult:
         futs = [self.slots[d].shift_down.call_one(role, replica_id) for d in devices]
-        return ShiftResult(_slowest([f.get() for f in futs]))
+        return ShiftResult(_slowest([f.get(timeout=self.timeout) for f in futs]))
 
     def shift_up(self, role: Role, replica_id: str, devices: tuple[int, ...]) -> ShiftResult:
         futs = [self.slots[d].shift_up.call_one(role, replica_id) for d in devices]
-        phases = _slowest([f.get() for f in futs])
+        phases = _slowest([f.get(timeout=self.timeout) for f in futs])
         kv = 0
         if role is not Role.TRAINING:
-            infos = [self.slots[d].describe.call_one().get() for d in devices]
+            infos = [self.slots[d].describe.call_one().get(timeout=self.timeout)
+                     for d in devices]
             kv = min(i["contexts"][role.value]["kv_capacity"] for i in infos)
         return ShiftResult(phases, kv)
 
     # ---- inspection and role-specific calls ------------------------------------------
     def describe(self, device: int) -> dict[str, Any]:
-        return self._slot(device).describe.call_one().get()
+        return self._slot(device).describe.call_one().get(timeout=self.timeout)
 
     def describe_all(self) -> list[dict[str, Any]]:
         futs = [s.describe.call_one() for s in self.slots]
-        return [f.get() for f in futs]
+        return [f.get(timeout=self.timeout) for f in futs]
 
     def tensors(self, device: int, role: Role, item: str):
-        return self._slot(device).tensors.call_one(role, item).get()
+        return self._slot(device).tensors.call_one(role, item).get(timeout=self.timeout)
 
     def invoke(self, device: int, method: str, **kwargs: Any) -> Any:
-        return self._slot(device).invoke.call_one(method, kwargs).get()
+        return self._slot(device).invoke.call_one(method, kwargs).get(timeout=self.timeout)
 
     def write_back(self, device: int) -> float:
-        return self._slot(device).write_back.call_one().get()
+        return self._slot(device).write_back.call_one().get(timeout=self.timeout)
+
+    def poll_faults(self) -> tuple[int, ...]:
+        """Marks the devices whose slot process died (reported by Monarch's supervision)
+        lost; returns them. Call it before taking a snapshot for the planner."""
+        with self._lock:
+            faults, self._faults = self._faults, []
+        hit = []
+        for name, msg in faults:
+            for d in range(len(self.slots)):
+                if name.split("-")[0] == self._names[d] and d not in hit:
+                    hit.append(d)
+                    self.dead.add(d)
+                    self.device_map.mark_lost((d,), f"process died: {msg[:160]}")
+        if hit:
+            log.error("slot processes of devices %s died", hit)
+        return tuple(hit)
 
     def recover(self, devices: tuple[int, ...]) -> float:
-        """Resets lost slots (their procs must be alive) and returns them to the idle pool;
-        returns the slowest reset's seconds."""
+        """Returns lost slots to the idle pool: a live slot is reset in place, a dead one
+        gets a new proc and slot. Returns the slowest recovery's seconds."""
         lost = set(self.device_map.devices_in(SlotKind.LOST))
         bad = [d for d in devices if d not in lost]
         if bad:
             raise StateError(f"recover: devices {bad} are not lost "
                              f"({[self.device_map.state(d).describe() for d in bad]})")
-        futs = [self.slots[d].reset.call_one() for d in devices]
-        secs = max(f.get() for f in futs)
+        secs = 0.0
+        for d in devices:
+            t = time.perf_counter()
+            if d in self.dead:
+                self.procs[d] = replacement_proc(d, self.alloc.device_host[d])
+                self._gen[d] += 1
+                self.slots[d] = self._spawn(d, self._names[d])
+                self.slots[d].describe.call_one().get(timeout=self.timeout)
+                self.dead.discard(d)
+            else:
+                self.slots[d].reset.call_one().get(timeout=self.timeout)
+            secs = max(secs, time.perf_counter() - t)
         self.device_map.recover(devices)
         return secs
 
     def stop(self) -> None:
-        """Stops every slot mesh (the procs stay; ``ProcMesh.stop`` is the caller's)."""
-        for s in self.slots:
-            s.stop().get()
+        """Stops every live slot mesh (the procs stay; ``ProcMesh.stop`` is the caller's)."""
+        for d, s in enumerate(self.slots):
+            if d not in self.dead:
+                s.stop().get(timeout=self.timeout)
 
     def _slot(self, device: int):
         if not 0 <= device < len(self.slots):
@@ -125,16 +172,14 @@ class MeshController:
         return self.slots[device]
 
     def _on_fault(self, failure) -> None:
-        """Keeps the client alive on a slot failure (the default hook exits it) and marks
-        the failed slot's device lost when the failure names its mesh."""
+        """Monarch's supervision hook (runs on its thread): keeps the client alive (the
+        default hook exits it) and queues the failure for ``poll_faults``."""
         msg = str(failure)
-        self.failures.append(msg)
         name = getattr(failure, "mesh_name", "")
-        hit = [d for d, s in enumerate(self.slots) if getattr(s, "name", None) == name
-               or f"slot{d}" == name]
-        log.error("slot failure on mesh %r (devices %s): %s", name, hit, msg)
-        if hit:
-            self.device_map.mark_lost(hit, f"slot process failed: {msg[:200]}")
+        log.error("supervision: mesh %r failed: %s", name, msg)
+        with self._lock:
+            self.failures.append(msg)
+            self._faults.append((name, msg))
 
 
 def _slowest(per_device: list[dict[str, float]]) -> dict[str, float]:

@@ -47,10 +47,18 @@ def allocate(num_devices: int, hosts: int = 1) -> Allocation:
     return Allocation(procs, (0,) * num_devices)
 
 
-def spawn_on(alloc: Allocation, device: int, name: str, cls, *args):
-    """Spawns one actor of ``cls`` as its own mesh on ``device``'s proc, so it can be
+def spawn_on(proc: ProcMesh, name: str, cls, *args):
+    """Spawns one actor of ``cls`` as its own mesh on a one-proc mesh, so it can be
     stopped alone (a sliced mesh cannot, STACK.md)."""
-    return alloc.proc(device).spawn(name, cls, *args)
+    return proc.spawn(name, cls, *args)
+
+
+def replacement_proc(device: int, host: int) -> ProcMesh:
+    """A fresh proc for ``device`` after its process died (local driver: this host)."""
+    if host != 0:
+        raise ConfigError(f"replacement_proc: device {device} is on host {host}; the local "
+                          f"driver has host 0 only")
+    return this_host().spawn_procs(per_host={"procs": 1}, name=f"pivot_slot{device}")
 
 
 def spawn_host_service(name: str, cls, *args):

@@ -1,0 +1,42 @@
+"""A slot whose process dies is marked lost, never assigned, and recovered on a new proc."""
+
+import os
+import signal
+import time
+
+import pytest
+import torch
+
+from pivot.errors import StateError
+from pivot.shifting.device_map import replay
+from pivot.shifting.role_shift import SlotKind
+from pivot.types import POLICY, Role
+
+pytestmark = [pytest.mark.monarch, pytest.mark.slow]
+
+
+def test_a_killed_slot_process_is_lost_until_recovered_on_a_new_proc(idle_mesh, models):
+    m = idle_mesh
+    m.shifter.shift_up(Role.ROLLOUT, "ro-k", (3,))
+    pid = m.describe(3)["pid"]
+    os.kill(pid, signal.SIGKILL)  # a process this test's fixture started
+    deadline = time.monotonic() + 60
+    lost = ()
+    while not lost and time.monotonic() < deadline:
+        time.sleep(0.5)
+        lost = m.poll_faults()
+    assert lost == (3,), f"no supervision event within 60 s; failures: {m.failures}"
+    state = m.device_map.state(3)
+    assert state.kind is SlotKind.LOST and "process died" in state.reason
+    assert "ro-k" not in m.device_map.replicas()
+    with pytest.raises(StateError, match="device 3 .* is lost"):
+        m.shifter.shift_up(Role.REWARD, "rm-k", (3,))
+    with pytest.raises(StateError, match="device 3 is lost"):
+        m.describe(3)
+
+    m.recover((3,))
+    assert m.describe(3)["pid"] != pid
+    m.shifter.shift_up(Role.ROLLOUT, "ro-k2", (3,))
+    w = m.tensors(3, Role.ROLLOUT, "weights")
+    assert all(torch.equal(w[k], models[POLICY][k]) for k in models[POLICY])
+    assert replay(m.device_map.device_host, m.device_map.events) == m.device_map.states
