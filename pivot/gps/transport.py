@@ -18,10 +18,11 @@ Every slice carries its size and checksum; with ``verify`` a mismatch raises Sta
 from __future__ import annotations
 
 import abc
-import collections
+import concurrent.futures
 import logging
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 
 from pivot.errors import StateError
@@ -57,15 +58,33 @@ class Transport(abc.ABC):
         checksums the host must find on commit (empty without ``verify``)."""
 
 
+def _np(t: torch.Tensor) -> np.ndarray:
+    """A numpy view of ``t``'s bytes as same-size integers (numpy has no bfloat16)."""
+    return t.view(_INT[t.element_size()]).numpy()
+
+
+_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
 class ShmTransport(Transport):
-    """Host-local path: map the host's shared-memory arena and memcpy (one copy)."""
+    """Host-local path: map the host's shared-memory arena and memcpy (one copy).
+
+    Copies run as single-threaded numpy copies spread over ``threads`` Python threads
+    (numpy releases the GIL), balanced by bytes, largest first. Torch's own intra-op
+    parallel copy pays an OpenMP barrier per tensor, which on a busy 2-core machine made
+    a 91-tensor copy 4x slower than one flat copy; one long copy per thread does not.
+    """
 
     name = "shm"
 
-    def __init__(self) -> None:
+    def __init__(self, threads: int = 2) -> None:
         # One mapping per (host, model): the version read last. A mapping keeps an unlinked
         # arena's memory alive, so older ones are dropped as soon as a newer one is read.
         self._arenas: dict[tuple[int, str], tuple[str, dict]] = {}
+        self.threads = max(1, threads)
+        self._pool = (concurrent.futures.ThreadPoolExecutor(self.threads,
+                                                            thread_name_prefix="gps-shm")
+                      if self.threads > 1 else None)
 
     def _views(self, manifest: Manifest, cache: bool = True) -> dict:
         key = (manifest.host, manifest.model)
@@ -85,28 +104,46 @@ class ShmTransport(Transport):
 
     @staticmethod
     def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
-        dst.copy_(src)
+        np.copyto(_np(dst), _np(src), casting="no")
+
+    def _copy_all(self, pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        if self._pool is None or len(pairs) < 2:
+            for d, s in pairs:
+                self._copy(d, s)
+            return
+        bins: list[list] = [[] for _ in range(self.threads)]
+        load = [0] * self.threads
+        for d, s in sorted(pairs, key=lambda p: -p[1].nbytes):
+            i = load.index(min(load))
+            bins[i].append((d, s))
+            load[i] += s.nbytes
+
+        def run(b):
+            for d, s in b:
+                self._copy(d, s)
+        for f in [self._pool.submit(run, b) for b in bins if b]:
+            f.result()
 
     def read(self, host, manifest, transfers, dst, verify=False):
         views = self._views(manifest)
-        for t in transfers:
-            s = views[(t.param, t.shard)][t.shard_box]
-            d = dst[t.param][t.target_box]
-            self._copy(d, s)
-            if verify:
+        pairs = [(dst[t.param][t.target_box], views[(t.param, t.shard)][t.shard_box])
+                 for t in transfers]
+        self._copy_all(pairs)
+        if verify:
+            for t, (d, s) in zip(transfers, pairs):
                 want, got = checksum(s), checksum(d)
                 if got != want:
                     raise _mismatch("read", t, got, want)
 
     def write(self, host, manifest, transfers, src, verify=False):
         views = self._views(manifest, cache=False)
-        expected = []
-        for t in transfers:
-            s = src[t.param][t.target_box]
-            views[(t.param, t.shard)][t.shard_box].copy_(s)
-            if verify:
-                expected.append((t.param, t.shard, t.shard_box, checksum(s)))
-        return expected
+        pairs = [(views[(t.param, t.shard)][t.shard_box], src[t.param][t.target_box])
+                 for t in transfers]
+        self._copy_all(pairs)
+        if not verify:
+            return []
+        return [(t.param, t.shard, t.shard_box, checksum(s))
+                for t, (_, s) in zip(transfers, pairs)]
 
 
 class MonarchTransport(Transport):
