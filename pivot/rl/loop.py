@@ -1,0 +1,244 @@
+"""The asynchronous RL loop with data staleness 2 (sec. 8.1, app. E).
+
+Four named coroutines share one ``RLWorkflow``::
+
+      PromptStream --release (version >= s - 2)--> rollout_loop --Response--+
+                                                     |  RolloutPort         |
+                                                     v                      v
+      control_loop: monitor -> planner -> executor   reward_loop <--submit--+
+           (ControlPort.tick every tick_s)           |  RewardPort: GenRM judgement,
+                                                     |  R = R_verifiable + R_GenRM
+                                                     v
+      train_loop: batch of step `version` has n rewarded responses per prompt
+           -> TrainerPort.train -> version += 1 -> TrainerPort.publish (GPS Write,
+              rollout replicas Read) -> checkpoint -> metrics
+
+The staleness bound is asserted at every release and every batch. Blocking port calls of
+the train loop run in a worker thread so the other loops keep polling meanwhile. Time
+comes from an injectable clock (``pivot.rl.clock``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gin
+
+from pivot.errors import StateError
+from pivot.rl import checkpoint
+from pivot.rl.clock import WallClock
+from pivot.rl.ports import ControlPort, LoopStatus, RewardPort, RolloutPort, TrainerPort
+from pivot.rl.workflow import RLWorkflow
+
+log = logging.getLogger(__name__)
+
+
+@gin.configurable
+@dataclass
+class LoopConfig:
+    """Attributes:
+        poll_s: how often rollout and reward collect finished sequences (seconds).
+        tick_s: planner period (seconds).
+        checkpoint_every: steps between checkpoints (0: none).
+        stop_after: stop after this many trained steps in this invocation (None: run to
+            the end); a stopped run resumes from its last checkpoint.
+        timeout_s: a run past this wall time is an error (a stuck deployment).
+    """
+
+    poll_s: float = 0.05
+    tick_s: float = 0.5
+    checkpoint_every: int = 1
+    stop_after: int | None = None
+    timeout_s: float = 3600.0
+
+
+@dataclass
+class StepRecord:
+    """One trained step's metrics (a line of metrics.jsonl)."""
+
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+class RLLoop:
+    """Runs a workflow over the four ports until the last step (or ``stop_after``).
+
+    Args:
+        workflow: the RL state (prompts, trajectories, version).
+        rollout / reward / trainer / control: the driver's ports.
+        cfg: loop timing and checkpoints.
+        run_dir: where checkpoints go (None: no checkpoints).
+        clock: ``now()`` callable with an async ``sleep`` (``WallClock``, ``ManualClock``).
+        on_step: called with each step's metrics dict (JSONL writer, wandb, progress bar).
+        extra_state: returns driver state to checkpoint (e.g. the allocation trace).
+    """
+
+    def __init__(self, workflow: RLWorkflow, rollout: RolloutPort, reward: RewardPort,
+                 trainer: TrainerPort, control: ControlPort, cfg: LoopConfig = LoopConfig(),
+                 run_dir: str | Path | None = None, clock=None,
+                 on_step: Callable[[dict[str, Any]], None] | None = None):
+        self.wf, self.rollout, self.reward = workflow, rollout, reward
+        self.trainer, self.control, self.cfg = trainer, control, cfg
+        self.run_dir = None if run_dir is None else Path(run_dir)
+        self.clock = clock or WallClock()
+        self.on_step = on_step or (lambda m: None)
+        self.history: list[dict[str, Any]] = []
+        self.data_order: list[list[Any]] = []
+        self.tokens = 0
+        self._step_tokens = 0
+        self._rollout_pending: set[int] = set()
+        self._reward_pending: set[int] = set()
+        self._stop = False
+        self._trained_here = 0
+        self._error: BaseException | None = None
+
+    # ------------------------------------------------------------------ resume
+    def resume(self, state: dict[str, Any]) -> None:
+        """Continues from a checkpoint: workflow (version, data position, replay buffer)
+        and trainer state; unfinished rollouts and judgements are submitted again."""
+        self.wf.load_state(state["workflow"])
+        self.trainer.load_state(state["trainer"])
+        self.history = list(state.get("history", []))
+        self.tokens = int(state.get("tokens", 0))
+        redo, rejudge = self.wf.pending()
+        for t in redo:
+            t.start_version = max(t.start_version, self.wf.version)
+        if redo:
+            self._submit_rollout(redo)
+        if rejudge:
+            self._submit_reward(rejudge)
+        log.info("resumed at version %d (released %d, %d to roll out, %d to judge)",
+                 self.wf.version, self.wf.released, len(redo), len(rejudge))
+
+    # ------------------------------------------------------------------ coroutines
+    async def rollout_loop(self) -> None:
+        while not self._stop:
+            new = self.wf.release()
+            if new:
+                self.data_order.append([t.question for t in new[::self.wf.n]])
+                self._submit_rollout(new)
+            for r in self.rollout.poll():
+                t = self.wf.responded(r.traj_id, r.tokens, r.logprobs, r.text,
+                                      r.finish_reason)
+                self._rollout_pending.discard(r.traj_id)
+                self._count(r.tokens_processed)
+                self._submit_reward([t])
+            await self.clock.sleep(self.cfg.poll_s)
+
+    async def reward_loop(self) -> None:
+        while not self._stop:
+            for j in self.reward.poll():
+                self.wf.judged(j.traj_id, j.text)
+                self._reward_pending.discard(j.traj_id)
+                self._count(j.tokens_processed)
+            await self.clock.sleep(self.cfg.poll_s)
+
+    async def control_loop(self) -> None:
+        while not self._stop:
+            self.control.tick(self.status())
+            await self.clock.sleep(self.cfg.tick_s)
+
+    async def train_loop(self) -> None:
+        t_start = self.clock()
+        t_prev = t_start
+        while not self._stop:
+            if self.wf.done or (self.cfg.stop_after is not None
+                                and self._trained_here >= self.cfg.stop_after):
+                self._stop = True
+                return
+            if self.clock() - t_start > self.cfg.timeout_s:
+                raise StateError(f"RL loop: no progress within LoopConfig.timeout_s="
+                                 f"{self.cfg.timeout_s} s at version {self.wf.version}")
+            if not (self.wf.batch_ready() and self.trainer.ready()):
+                await self.clock.sleep(self.cfg.poll_s)
+                continue
+            step = self.wf.version
+            groups = self.wf.take_batch()
+            lag = max(step - t.start_version for g in groups for t in g.trajectories)
+            self.control.set_busy(True)
+            try:
+                tm = await asyncio.to_thread(self.trainer.train, groups, step)
+            finally:
+                self.control.set_busy(False)
+            version = self.wf.trained()
+            pm = await asyncio.to_thread(self.trainer.publish, version)
+            now = self.clock()
+            rows = [t for g in groups for t in g.trajectories]
+            m = {"step": step + 1, "version": version, "time_s": now - t_start,
+                 "step_time_s": now - t_prev, "tokens": self.tokens,
+                 "step_tokens": self._step_tokens,
+                 "tokens_per_s": self.tokens / max(now - t_start, 1e-9),
+                 "staleness_max": lag,
+                 "reward/mean": statistics.fmean(t.reward for t in rows),
+                 "reward/verifiable_mean": statistics.fmean(t.verifiable for t in rows),
+                 "reward/genrm_mean": statistics.fmean(t.genrm for t in rows),
+                 "reward/genrm_parse_ok": statistics.fmean(bool(t.genrm_ok) for t in rows),
+                 "rollout/response_len_mean": statistics.fmean(
+                     len(t.response_tokens or []) for t in rows),
+                 "allocation": self.control.allocation(), **tm, **pm}
+            self._step_tokens, t_prev = 0, now
+            self.history.append(m)
+            self._trained_here += 1
+            self.on_step(m)
+            if (self.run_dir is not None and self.cfg.checkpoint_every
+                    and version % self.cfg.checkpoint_every == 0):
+                await asyncio.to_thread(self.save_checkpoint)
+
+    # ------------------------------------------------------------------ running
+    async def _main(self) -> None:
+        tasks = [asyncio.create_task(c(), name=c.__name__) for c in
+                 (self.rollout_loop, self.reward_loop, self.control_loop, self.train_loop)]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for t in done:
+                if t.exception() is not None:
+                    raise t.exception()
+            await asyncio.gather(*tasks)
+        finally:
+            self._stop = True
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def run(self) -> list[dict[str, Any]]:
+        """Runs until the last step or ``stop_after``; returns the step metrics."""
+        self._stop = False
+        asyncio.run(self._main())
+        return self.history
+
+    def status(self) -> LoopStatus:
+        return LoopStatus(self.wf.version, self.wf.batch_ready(), len(self._rollout_pending),
+                          len(self._reward_pending), self.oldest_rollout_done())
+
+    def oldest_rollout_done(self) -> bool:
+        """Every response of the oldest untrained step has finished (rollout-reward
+        colocated then turns its pool over to reward)."""
+        s = self.wf.version
+        ts = [t for t in self.wf.trajs.values() if t.step == s]
+        return bool(ts) and all(t.responded for t in ts)
+
+    def save_checkpoint(self) -> Path:
+        if self.run_dir is None:
+            raise StateError("save_checkpoint: the loop has no run_dir")
+        state = {"workflow": self.wf.state(), "trainer": self.trainer.state(),
+                 "allocation": self.control.allocation(), "history": self.history,
+                 "tokens": self.tokens}
+        return checkpoint.save(self.run_dir, self.wf.version, state)
+
+    # ------------------------------------------------------------------ helpers
+    def _submit_rollout(self, trajs) -> None:
+        self._rollout_pending.update(t.traj_id for t in trajs)
+        self.rollout.submit(trajs)
+
+    def _submit_reward(self, trajs) -> None:
+        self._reward_pending.update(t.traj_id for t in trajs)
+        self.reward.submit(trajs)
+
+    def _count(self, n: int) -> None:
+        self.tokens += n
+        self._step_tokens += n

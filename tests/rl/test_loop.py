@@ -1,0 +1,100 @@
+"""The RL loop over in-memory ports (tests/rl/fakes.py says what is faked and why)."""
+
+import pytest
+
+from pivot.errors import StateError
+from pivot.rl import checkpoint
+from pivot.rl.clock import ManualClock
+from pivot.rl.data import PromptStream
+from pivot.rl.loop import LoopConfig, RLLoop
+from pivot.rl.staleness import StalenessBound
+from pivot.rl.workflow import RLWorkflow
+from tests.rl.fakes import FakeControl, FakeReward, FakeRollout, FakeTrainer, encode
+
+M, N = 3, 4
+
+
+def make(steps, staleness=2, run_dir=None, stop_after=None, seed=0):
+    wf = RLWorkflow(PromptStream(prompts_per_step=M, seed=seed, num_val=8), N, steps,
+                    StalenessBound(staleness), encode)
+    tr = FakeTrainer(wf)
+    loop = RLLoop(wf, FakeRollout(), FakeReward(), tr, FakeControl(),
+                  LoopConfig(poll_s=0.01, tick_s=0.05, stop_after=stop_after,
+                             checkpoint_every=1 if run_dir else 0),
+                  run_dir=run_dir, clock=ManualClock())
+    return wf, tr, loop
+
+
+@pytest.mark.parametrize("staleness", [0, 1, 2])
+def test_every_step_respects_the_staleness_bound(staleness):
+    wf, tr, loop = make(7, staleness)
+    hist = loop.run()
+    assert [m["step"] for m in hist] == list(range(1, 8))
+    for b in tr.batches:
+        assert max(b["lags"]) <= staleness
+        # nothing was released beyond version + staleness when the step trained
+        assert b["released"] <= b["version"] + staleness + 1
+    assert all(m["staleness_max"] <= staleness for m in hist)
+
+
+def test_staleness_two_overlaps_rollout_with_training():
+    wf, tr, loop = make(6, 2)
+    loop.run()
+    assert max(max(b["lags"]) for b in tr.batches) == 2
+    assert max(b["released"] - b["version"] for b in tr.batches) == 3
+
+
+def test_every_prompt_reaches_training_with_exactly_n_rewarded_responses():
+    wf, tr, loop = make(5)
+    loop.run()
+    for b in tr.batches:
+        assert b["sizes"] == [N] * M
+
+
+def test_a_batch_with_a_lag_above_the_bound_is_refused():
+    b = StalenessBound(2)
+    assert b.check_batch(5, 5, [3, 4, 5]) == 2
+    with pytest.raises(StateError, match="lag 3"):
+        b.check_batch(5, 5, [2, 5])
+    with pytest.raises(StateError, match="lag 3"):
+        b.check_start(5, 2)
+
+
+def test_the_data_order_is_the_same_for_a_seed_and_differs_across_seeds():
+    orders = []
+    for seed in (0, 0, 1):
+        wf, tr, loop = make(4, seed=seed)
+        loop.run()
+        orders.append([b["prompts"] for b in tr.batches])
+    assert orders[0] == orders[1] != orders[2]
+
+
+def test_a_run_stopped_and_resumed_continues_at_the_same_step_with_the_same_data(tmp_path):
+    _, full, loop = make(6)
+    loop.run()
+
+    wf1, part, loop1 = make(6, run_dir=tmp_path, stop_after=2)
+    loop1.run()
+    assert [b["step"] for b in part.batches] == [0, 1]
+    # rollouts of later steps were in flight: the replay buffer holds finished ones
+    state = checkpoint.load(checkpoint.latest(tmp_path))
+    assert state["workflow"]["version"] == 2
+    assert state["workflow"]["released"] == 5
+    assert any(t["reward"] is not None for t in state["workflow"]["trajectories"])
+    assert state["allocation"] == {"rollout": 2, "reward": 1, "training": 1}
+
+    wf2, rest, loop2 = make(6, run_dir=tmp_path)
+    loop2.resume(state)
+    hist = loop2.run()
+    assert [b["step"] for b in rest.batches] == [2, 3, 4, 5]
+    assert [m["step"] for m in hist] == [1, 2, 3, 4, 5, 6]
+    assert ([b["prompts"] for b in part.batches + rest.batches]
+            == [b["prompts"] for b in full.batches])
+    assert all(max(b["lags"]) <= 2 for b in rest.batches)
+
+
+def test_a_judgement_before_its_response_is_an_error():
+    wf, tr, loop = make(2)
+    t = wf.release()[0]
+    with pytest.raises(StateError, match="before its response"):
+        wf.judged(t.traj_id, "Score: 3")
