@@ -1,0 +1,77 @@
+"""The generated training stream and the held-out validation set.
+
+The validation set is drawn first from its own seed; training problems are drawn from the
+training seed with every validation key excluded, so the two never overlap. Both are
+deterministic for a seed.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pivot.data.arithmetic import DEFAULT_LEVEL_WEIGHTS, Problem, sample_problems
+from pivot.data.records import make_record
+from pivot.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class MathTaskConfig:
+    """How the generated task is drawn.
+
+    Attributes:
+        seed: base seed; validation uses ``seed``, training ``seed + 1``.
+        num_val: size of the validation set (unique problems).
+        level_weights: relative frequency of difficulty levels 1-4.
+    """
+
+    seed: int = 0
+    num_val: int = 200
+    level_weights: tuple[float, ...] = DEFAULT_LEVEL_WEIGHTS
+
+
+def validation_problems(cfg: MathTaskConfig) -> list[Problem]:
+    """The held-out validation problems (unique)."""
+    return sample_problems(cfg.seed, cfg.num_val, level_weights=cfg.level_weights,
+                           unique=True)
+
+
+def validation_records(cfg: MathTaskConfig) -> list[dict[str, Any]]:
+    """The validation set as DAPO-schema records, scored as accuracy@1."""
+    return [make_record(p, i, "val") for i, p in enumerate(validation_problems(cfg))]
+
+
+def training_problems(cfg: MathTaskConfig, n: int, *, offset: int = 0) -> list[Problem]:
+    """``n`` training problems, none of them in the validation set.
+
+    ``offset`` selects a different deterministic chunk (chunk ``k`` is seeded by
+    ``(seed + 1, k)``), so a stream can be resumed without redrawing what came before.
+    """
+    if offset < 0:
+        raise ConfigError(f"offset must be >= 0, got {offset}")
+    held_out = frozenset(p.key for p in validation_problems(cfg))
+    chunk_seed = random.Random(f"{cfg.seed + 1}:{offset}").randrange(2**63)
+    return sample_problems(chunk_seed, n, level_weights=cfg.level_weights, exclude=held_out)
+
+
+def training_records(cfg: MathTaskConfig, n: int, *, offset: int = 0) -> list[dict[str, Any]]:
+    """``n`` training records; ``extra_info.index`` continues across offsets."""
+    return [make_record(p, offset * n + i, "train")
+            for i, p in enumerate(training_problems(cfg, n, offset=offset))]
+
+
+def iterate_prompts(cfg: MathTaskConfig, batch_size: int,
+                    start_batch: int = 0) -> Iterator[list[dict[str, Any]]]:
+    """An endless, deterministic stream of training batches (lists of records).
+
+    Batch ``k`` is the same list whatever ``start_batch`` was, so a run resumed at batch
+    ``k`` sees the data it would have seen.
+    """
+    if batch_size <= 0:
+        raise ConfigError(f"batch_size must be > 0, got {batch_size}")
+    k = start_batch
+    while True:
+        yield training_records(cfg, batch_size, offset=k)
+        k += 1

@@ -1,0 +1,173 @@
+"""Builds the tokenizer and the two tiny models into the cache, once per configuration.
+
+Layout under ``<cache>/models``::
+
+    tokenizer/   the shared tokenizer (also copied into each model folder, so vLLM and
+                 transformers can load a model folder on its own)
+    policy/      Qwen3ForCausalLM, SFT-trained to answer in the ``Answer: N`` format
+    genrm/       Qwen3ForCausalLM (same shape), SFT-trained to judge and end with ``Score: N``
+    manifest.json  the build config, its hash, and the measured results
+
+A build whose manifest hash matches the requested config is reused; any other is rebuilt.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import GenerationConfig, Qwen3ForCausalLM
+
+from pivot.data.dataset import training_problems, validation_problems
+from pivot.models.config import BuildConfig, qwen3_config
+from pivot.models.evaluate import GenRMEval, PolicyEval, greedy_generate, pearson
+from pivot.models.examples import (candidate_response, genrm_example, policy_example,
+                                   policy_prompt)
+from pivot.models.sft import train_sft
+from pivot.models.tokenizer import train_tokenizer
+from pivot.rewards.genrm import build_genrm_prompt, parse_genrm_score
+from pivot.rewards.verifiable import extract_answer, is_correct
+
+logger = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+POLICY_MAX_NEW_TOKENS = 32
+GENRM_MAX_NEW_TOKENS = 48
+
+
+@dataclass(frozen=True, slots=True)
+class ModelPaths:
+    """Folders of the built models (each loadable with ``from_pretrained``)."""
+
+    policy: Path
+    genrm: Path
+    tokenizer: Path
+
+
+def default_cache_dir() -> Path:
+    """``$PIVOT_CACHE`` if set, else ``<repo>/cache``."""
+    env = os.environ.get("PIVOT_CACHE")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "cache"
+
+
+def paths(cache_dir: str | os.PathLike[str] | None = None) -> ModelPaths:
+    root = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / "models"
+    return ModelPaths(root / "policy", root / "genrm", root / "tokenizer")
+
+
+def read_manifest(cache_dir: str | os.PathLike[str] | None = None) -> dict[str, Any] | None:
+    """The manifest of the build in ``cache_dir``, or None if there is none."""
+    f = paths(cache_dir).policy.parent / MANIFEST
+    if not f.is_file():
+        return None
+    return json.loads(f.read_text())
+
+
+def is_built(cache_dir: str | os.PathLike[str] | None = None,
+             cfg: BuildConfig = BuildConfig()) -> bool:
+    man = read_manifest(cache_dir)
+    p = paths(cache_dir)
+    return (man is not None and man.get("digest") == cfg.digest()
+            and all((d / "config.json").is_file() for d in (p.policy, p.genrm))
+            and (p.tokenizer / "tokenizer.json").is_file())
+
+
+def evaluate_policy(model, tok, cfg: BuildConfig) -> PolicyEval:
+    val = validation_problems(cfg.task)
+    outs = greedy_generate(model, tok, [policy_prompt(p) for p in val], POLICY_MAX_NEW_TOKENS)
+    ok = [is_correct(o, str(p.answer)) for o, p in zip(outs, val)]
+    levels = sorted({p.level for p in val})
+    by_level = {lv: sum(c for c, p in zip(ok, val) if p.level == lv)
+                / max(1, sum(p.level == lv for p in val)) for lv in levels}
+    return PolicyEval(sum(ok) / len(ok), sum(extract_answer(o) is not None for o in outs)
+                      / len(outs), by_level)
+
+
+def evaluate_genrm(model, tok, cfg: BuildConfig) -> GenRMEval:
+    """Pearson r of the GenRM's score and correctness on held-out (validation) problems."""
+    rng = random.Random(cfg.task.seed + 7)
+    val = validation_problems(cfg.task)
+    probs = [val[i % len(val)] for i in range(cfg.genrm_eval_pairs)]
+    responses = [candidate_response(rng, p) for p in probs]
+    outs = greedy_generate(model, tok, [build_genrm_prompt(p.question, r)
+                                        for p, r in zip(probs, responses)], GENRM_MAX_NEW_TOKENS)
+    parsed = [parse_genrm_score(o) for o in outs]
+    correct = [float(is_correct(r, str(p.answer))) for r, p in zip(responses, probs)]
+    scores = [s.score for s in parsed]
+    right = [s for s, c in zip(scores, correct) if c]
+    wrong = [s for s, c in zip(scores, correct) if not c]
+    return GenRMEval(pearson(scores, correct), sum(s.ok for s in parsed) / len(parsed),
+                     sum(right) / max(1, len(right)), sum(wrong) / max(1, len(wrong)),
+                     len(parsed))
+
+
+def _save(model, tok, out: Path) -> None:
+    if out.exists():
+        shutil.rmtree(out)
+    model.generation_config = GenerationConfig(
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id, do_sample=False)
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+
+
+def build_models(cache_dir: str | os.PathLike[str] | None = None,
+                 cfg: BuildConfig = BuildConfig()) -> dict[str, Any]:
+    """Trains the tokenizer and both models, saves them, and returns the manifest."""
+    t_start = time.perf_counter()
+    p = paths(cache_dir)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(cfg.threads)
+    try:
+        torch.manual_seed(cfg.task.seed)
+        problems = training_problems(cfg.task, max(cfg.policy_examples, cfg.genrm_examples),
+                                     offset=10**6)  # an offset no RL stream starts near
+        rng = random.Random(cfg.task.seed + 3)
+        pol = [policy_example(q) for q in problems[:cfg.policy_examples]]
+        gen = [genrm_example(rng, q) for q in problems[:cfg.genrm_examples]]
+        n = cfg.tokenizer_corpus
+        tok = train_tokenizer([e.prompt + e.target for e in pol[:n] + gen[:n]], cfg.vocab_size,
+                              cfg.arch.max_position_embeddings)
+        mcfg = qwen3_config(cfg.arch, len(tok), tok.bos_token_id, tok.eos_token_id,
+                            tok.pad_token_id)
+        results: dict[str, Any] = {"vocab": len(tok)}
+        for name, examples, sft, out in (("policy", pol, cfg.policy_sft, p.policy),
+                                         ("genrm", gen, cfg.genrm_sft, p.genrm)):
+            torch.manual_seed(sft.seed)
+            model = Qwen3ForCausalLM(mcfg)
+            t0 = time.perf_counter()
+            losses = train_sft(model, tok, examples, sft)
+            ev = evaluate_policy(model, tok, cfg) if name == "policy" else \
+                evaluate_genrm(model, tok, cfg)
+            results[name] = {"params": sum(x.numel() for x in model.parameters()),
+                             "sft_seconds": round(time.perf_counter() - t0, 1),
+                             "final_loss": round(sum(losses[-10:]) / len(losses[-10:]), 4),
+                             **asdict(ev)}
+            logger.info("%s: %s", name, results[name])
+            _save(model, tok, out)
+        if p.tokenizer.exists():
+            shutil.rmtree(p.tokenizer)
+        tok.save_pretrained(p.tokenizer)
+    finally:
+        torch.set_num_threads(threads)
+    manifest = {"digest": cfg.digest(), "config": cfg.to_dict(), "results": results,
+                "build_seconds": round(time.perf_counter() - t_start, 1)}
+    (p.policy.parent / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str))
+    return manifest
+
+
+def ensure_models(cache_dir: str | os.PathLike[str] | None = None,
+                  cfg: BuildConfig = BuildConfig()) -> ModelPaths:
+    """The model folders, built first if missing or built from another config."""
+    if not is_built(cache_dir, cfg):
+        logger.info("building tiny models into %s", paths(cache_dir).policy.parent)
+        build_models(cache_dir, cfg)
+    return paths(cache_dir)
