@@ -2,9 +2,10 @@
 
 Builds a realistic load for the 7B/30B group's shapes (one-device rollout replicas,
 four-device reward replicas, 8 devices per host), runs the PivotRL planner on it, and
-reports its time split into pre-processing, candidate construction and simulation, plus the
-scheduler's decision time per migrated sequence for Abort and Dispatch. Prints a table and
-writes results/planner_bench.json.
+reports its time split into pre-processing, candidate construction and simulation (wall
+time) and its total CPU time (the planner is single-threaded, so CPU time is what it costs
+when the machine is shared), plus the scheduler's decision time per migrated sequence for
+Abort and Dispatch. Prints a table and writes results/planner_bench.json.
 
     python launchers/bench_planner.py [--devices 16 32 ...] [--trials 5]
 """
@@ -67,18 +68,19 @@ def build_state(devices: int, seed: int):
 
 
 def bench(devices: int, trials: int) -> dict:
-    parts = {"preprocess": [], "construct": [], "simulate": [], "total": []}
+    parts = {"preprocess": [], "construct": [], "simulate": [], "total": [], "total_cpu": []}
     abort_us, dispatch_us, planned = [], [], 0
     for seed in range(trials):
         snap, ro, rm = build_state(devices, seed)
         planner = PivotPlanner(ROLLOUT, REWARD, H=60)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         plan = planner.plan(snap)
-        total = time.perf_counter() - t0
+        total, cpu = time.perf_counter() - t0, time.process_time() - c0
         planned += plan is not None
         for k, v in planner.last_timings.items():
             parts[k].append(v)
         parts["total"].append(total)
+        parts["total_cpu"].append(cpu)
         # Migration decision cost: shift a quarter of rollout down, then back up.
         victims = list(ro.replicas)[: max(1, len(ro.replicas) // 4)]
         moved = sum(ro.replicas[v].num_seqs for v in victims)
@@ -115,11 +117,12 @@ def main() -> None:
     args = ap.parse_args()
     rows = [bench(d, args.trials) for d in args.devices]
     head = (f"{'devices':>8} {'pre ms':>8} {'cons ms':>8} {'sim ms':>8} {'total ms':>9} "
-            f"{'abort us/seq':>13} {'dispatch us/seq':>16}")
+            f"{'cpu ms':>8} {'abort us/seq':>13} {'dispatch us/seq':>16}")
     print(head)
     for r in rows:
         print(f"{r['devices']:>8} {r['preprocess_ms']:>8.2f} {r['construct_ms']:>8.2f} "
-              f"{r['simulate_ms']:>8.2f} {r['total_ms']:>9.2f} {r['abort_us_per_seq']:>13.1f} "
+              f"{r['simulate_ms']:>8.2f} {r['total_ms']:>9.2f} {r['total_cpu_ms']:>8.2f} "
+              f"{r['abort_us_per_seq']:>13.1f} "
               f"{r['dispatch_us_per_seq']:>16.1f}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"rows": rows, "targets_ms": {"128": 20, "1024": 200}},

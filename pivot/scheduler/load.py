@@ -45,6 +45,7 @@ class LoadArrays:
         self._cap = np.array(cap, dtype=float)
         self._free = self._cap - self._ntok
         self._tput = self.model.throughputs(self._nseq, self._ntok)
+        self._num, self._den = self.model.after_terms(self._nseq, self._ntok)
 
     def _adjust(self, i: int, dseq: int, dtok: int) -> None:
         """The one place a replica's load changes; keeps free KV and T_i in step."""
@@ -53,7 +54,10 @@ class LoadArrays:
         self._nseq[i] = n
         self._ntok[i] = t
         self._free[i] = self._cap[i] - t
-        self._tput[i] = self.model.throughput(int(n), int(t))
+        m = self.model
+        self._tput[i] = m.throughput(int(n), int(t))
+        self._num[i] = n + 1.0
+        self._den[i] = m.A * t + max(m.B, m.C * (n + 1.0)) + m.D
 
     def mask_of(self, replica_ids: Iterable[str] | None) -> np.ndarray | None:
         if replica_ids is None:
@@ -69,7 +73,8 @@ class LoadArrays:
         """Index of the eligible replica with the largest gain, or None if none has room."""
         if not self._ids:
             return None
-        gains = self.model.gains(self._nseq, self._ntok, length, before=self._tput)
+        gains = self.model.gains_from_terms(self._num, self._den, length, self._tput,
+                                            self._ntok)
         full = self._free < length + self.kv_reserve
         if mask is not None:
             full |= ~mask

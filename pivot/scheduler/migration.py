@@ -60,6 +60,9 @@ def shift_up_migration(sched: LoadArrays, up: list[ReplicaView],
     model = sched.model
     ids = sched._ids
     nseq, ntok = sched._nseq, sched._ntok
+    # Per-replica min-heaps of (length, sequence id), built on first use; only the moves
+    # below change the running sets while the loop runs.
+    shortest: dict[int, list[tuple[int, int]]] = {}
     origin: dict[int, str] = {}  # first replica a migrated sequence left
     final: dict[int, str] = {}   # where it ends up
     version = [0] * len(ids)
@@ -71,24 +74,30 @@ def shift_up_migration(sched: LoadArrays, up: list[ReplicaView],
         if not heap:
             break
         neg_t, _, src = heap[0]
-        run = sched.running(src)
-        if not run:
+        heap_src = shortest.get(src)
+        if heap_src is None:
+            heap_src = shortest[src] = [(ln, s) for s, ln in sched.running(src).items()]
+            heapq.heapify(heap_src)
+        if not heap_src:
             break
-        sid = min(run, key=lambda s: (run[s], s))
-        length = run[sid]
+        length, sid = heap_src[0]
         # Tentatively take it off, pick the destination Dispatch would choose.
-        n0, t0 = int(nseq[src]), int(ntok[src])
+        t_src = sched.throughput_at(src)
         sched._adjust(src, -1, -length)
+        t_src_after = sched.throughput_at(src)
         dst = sched.best_replica(length)
         sched._adjust(src, 1, length)
         if dst is None or dst == src:
             break
-        n1, t1 = int(nseq[dst]), int(ntok[dst])
-        delta = (model.throughput(n0 - 1, t0 - length) - model.throughput(n0, t0)
-                 + model.throughput(n1 + 1, t1 + length) - model.throughput(n1, t1))
+        t_dst = sched.throughput_at(dst)
+        t_dst_after = model.throughput(int(nseq[dst]) + 1, int(ntok[dst]) + length)
+        delta = t_src_after - t_src + t_dst_after - t_dst
         if delta <= 0:
             break
         sched.move(sid, src, dst)
+        heapq.heappop(heap_src)
+        if dst in shortest:
+            heapq.heappush(shortest[dst], (length, sid))
         origin.setdefault(sid, ids[src])
         final[sid] = ids[dst]
         for i in (src, dst):

@@ -80,6 +80,22 @@ class ThroughputModel:
         lat = self.A * num_tokens + np.maximum(self.B, self.C * num_seqs) + self.D
         return np.where(num_seqs > 0, num_seqs / lat, 0.0)
 
+    def after_terms(self, num_seqs: np.ndarray, num_tokens: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """(N + 1, A * N_tok + max(B, C * (N + 1)) + D): with them the throughput after
+        dispatching a length-l sequence is num / (den + A * l), so a dispatch decision costs
+        a few array operations. The scheduler keeps them per replica."""
+        n1 = num_seqs + 1.0
+        return n1, self.A * num_tokens + np.maximum(self.B, self.C * n1) + self.D
+
+    def gains_from_terms(self, num: np.ndarray, den: np.ndarray, length: int,
+                         before: np.ndarray, num_tokens: np.ndarray) -> np.ndarray:
+        """``gains`` from the cached ``after_terms`` and current throughputs."""
+        g = den + self.A * length
+        np.divide(num, g, out=g)
+        g -= before
+        return g
+
     def save(self, path: str | Path, **extra: object) -> None:
         """Writes the constants (and any fit report in ``extra``) as JSON."""
         Path(path).write_text(json.dumps({"model": asdict(self), **extra}, indent=2) + "\n")
@@ -122,6 +138,10 @@ class BinaryThroughputModel(ThroughputModel):
 
     def throughputs(self, num_seqs: np.ndarray, num_tokens: np.ndarray) -> np.ndarray:
         return (num_seqs > 0).astype(float)
+
+    def gains_from_terms(self, num: np.ndarray, den: np.ndarray, length: int,
+                         before: np.ndarray, num_tokens: np.ndarray) -> np.ndarray:
+        return 1.0 - before - 1e-12 * num_tokens
 
 
 @dataclass(frozen=True, slots=True)
