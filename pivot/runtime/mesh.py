@@ -13,13 +13,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import monarch.actor
 
 from pivot.errors import StateError
-from pivot.runtime.provision import Allocation, allocate, replacement_proc, spawn_on
+from pivot.runtime.provision import Allocation, allocate, spawn_on
 from pivot.runtime.slot import SlotActor
 from pivot.shifting.contexts import RoleContext
 from pivot.shifting.device_map import Clock, DeviceMap
@@ -59,7 +60,7 @@ class MeshController:
         self._faults: list[tuple[str, str]] = []
         self._lock = threading.Lock()
         self.dead: set[int] = set()
-        monarch.actor.unhandled_fault_hook = self._on_fault
+        _install_fault_hook(self)
         t = time.perf_counter()
         self.procs = [alloc.proc(d) for d in range(len(alloc.device_host))]
         self._gen = [0] * len(self.procs)
@@ -82,10 +83,10 @@ class MeshController:
     @classmethod
     def local(cls, num_devices: int, source: ParameterSource,
               factories: Mapping[Role, Callable[[], RoleContext]],
-              clock: Clock = time.monotonic,
-              torch_threads: int | None = 1) -> "MeshController":
-        """Allocates ``num_devices`` procs on this host and spawns their slots."""
-        return cls(allocate(num_devices), source, factories, clock, torch_threads)
+              clock: Clock = time.monotonic, torch_threads: int | None = 1,
+              hosts: int = 1) -> "MeshController":
+        """Allocates ``num_devices`` procs over ``hosts`` hosts and spawns their slots."""
+        return cls(allocate(num_devices, hosts), source, factories, clock, torch_threads)
 
     # ---- SlotBackend -----------------------------------------------------------------
     def shift_down(self, role: Role, replica_id: str, devices: tuple[int, ...]) -> ShiftResult:
@@ -147,7 +148,7 @@ class MeshController:
         for d in devices:
             t = time.perf_counter()
             if d in self.dead:
-                self.procs[d] = replacement_proc(d, self.alloc.device_host[d])
+                self.procs[d] = self.alloc.replacement(d)
                 self._gen[d] += 1
                 self.slots[d] = self._spawn(d, self._names[d])
                 self.slots[d].describe.call_one().get(timeout=self.timeout)
@@ -159,10 +160,12 @@ class MeshController:
         return secs
 
     def stop(self) -> None:
-        """Stops every live slot mesh (the procs stay; ``ProcMesh.stop`` is the caller's)."""
+        """Stops every live slot mesh and ends a multi-host job (this host's procs stay
+        until the client exits: ``ProcMesh.stop`` takes 4-10 s, STACK.md)."""
         for d, s in enumerate(self.slots):
             if d not in self.dead:
                 s.stop().get(timeout=self.timeout)
+        self.alloc.close()
 
     def _slot(self, device: int):
         if not 0 <= device < len(self.slots):
@@ -180,6 +183,20 @@ class MeshController:
         with self._lock:
             self.failures.append(msg)
             self._faults.append((name, msg))
+
+
+_CONTROLLERS: "weakref.WeakSet[MeshController]" = weakref.WeakSet()
+
+
+def _dispatch_fault(failure) -> None:
+    """The process-wide supervision hook: every live controller sees every failure."""
+    for ctl in list(_CONTROLLERS):
+        ctl._on_fault(failure)
+
+
+def _install_fault_hook(ctl: MeshController) -> None:
+    _CONTROLLERS.add(ctl)
+    monarch.actor.unhandled_fault_hook = _dispatch_fault
 
 
 def _slowest(per_device: list[dict[str, float]]) -> dict[str, float]:

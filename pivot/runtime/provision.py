@@ -1,17 +1,21 @@
 """Provisioning: the one place that allocates procs and spawns actors on them (sec. 5).
 
-Local driver: one host, ``num_devices`` procs standing for devices. A cluster driver would
-get its host mesh from a Monarch allocator across nodes here and nothing else would change:
-the rest of the runtime sees only the proc mesh and the device -> host map.
+``allocate`` returns one proc per device and each device's host. One host: procs of this
+host (the local driver). Several hosts: a Monarch job's host mesh, here ``ProcessJob``
+(each host a local subprocess, the same host-mesh API a cluster allocator returns); a real
+cluster swaps in its job type at this one place and nothing else changes: the rest of the
+runtime sees only ``Allocation``.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch  # noqa: F401  (torch before monarch's C extension, see STACK.md)
-from monarch.actor import ProcMesh, this_host
+from monarch.actor import HostMesh, ProcMesh, this_host
 
 from pivot.errors import ConfigError
 
@@ -20,31 +24,66 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Allocation:
-    """A proc mesh with one proc per device, and each device's host."""
+    """Procs standing for devices: ``procs_per_host`` per host, device d on host
+    ``d // procs_per_host``.
 
+    Attributes:
+        hosts: the host mesh the procs were spawned on.
+        procs: the proc mesh, dims ``procs`` (one host) or ``hosts`` x ``procs``.
+        device_host: host index of every device.
+        job: the Monarch job that owns multi-host hosts (None for this host).
+    """
+
+    hosts: HostMesh
     procs: ProcMesh
     device_host: tuple[int, ...]
+    procs_per_host: int
+    job: Any = None
 
     def proc(self, device: int) -> ProcMesh:
-        """The one-proc slice standing for ``device``."""
-        return self.procs.slice(procs=slice(device, device + 1))
+        """The one-proc mesh standing for ``device``."""
+        h, p = divmod(device, self.procs_per_host)
+        if self.job is None:
+            return self.procs.slice(procs=slice(p, p + 1))
+        return self.procs.slice(hosts=h, procs=slice(p, p + 1))
+
+    def replacement(self, device: int) -> ProcMesh:
+        """A fresh proc on ``device``'s host, after its process died."""
+        h = self.device_host[device]
+        host = self.hosts if self.job is None else self.hosts.slice(hosts=h)
+        return host.spawn_procs(per_host={"procs": 1}, name=f"pivot_slot{device}")
+
+    def close(self) -> None:
+        """Ends a multi-host job's host processes (this host's procs end with the client)."""
+        if self.job is not None:
+            self.job.kill()
 
 
 def allocate(num_devices: int, hosts: int = 1) -> Allocation:
-    """Allocates ``num_devices`` device procs.
+    """Allocates ``num_devices`` device procs over ``hosts`` hosts.
 
     Args:
-        num_devices: procs (devices) in total; > 0.
-        hosts: hosts to spread them over; the local driver has exactly one.
+        num_devices: procs (devices) in total; > 0 and a multiple of ``hosts``.
+        hosts: hosts to spread them over, equally.
     """
     if not isinstance(num_devices, int) or num_devices <= 0:
         raise ConfigError(f"allocate: num_devices must be a positive int, got {num_devices!r}")
-    if hosts != 1:
-        raise ConfigError(f"allocate: hosts={hosts}, but the local driver runs on one host; "
-                          f"set hosts=1 (multi-host allocation belongs to the cluster driver)")
-    procs = this_host().spawn_procs(per_host={"procs": num_devices}, name="pivot_slots")
-    log.info("allocated %d device procs on 1 host", num_devices)
-    return Allocation(procs, (0,) * num_devices)
+    if not isinstance(hosts, int) or hosts <= 0 or num_devices % hosts:
+        raise ConfigError(f"allocate: hosts={hosts!r} must be a positive int dividing "
+                          f"num_devices={num_devices}; give every host as many devices")
+    per_host = num_devices // hosts
+    device_host = tuple(d // per_host for d in range(num_devices))
+    if hosts == 1:
+        host_mesh = this_host()
+        procs = host_mesh.spawn_procs(per_host={"procs": per_host}, name="pivot_slots")
+        log.info("allocated %d device procs on this host", num_devices)
+        return Allocation(host_mesh, procs, device_host, per_host)
+    from monarch.job import ProcessJob
+    job = ProcessJob({"hosts": hosts})
+    host_mesh = job.state(cached_path=None).hosts
+    procs = host_mesh.spawn_procs(per_host={"procs": per_host}, name="pivot_slots")
+    log.info("allocated %d device procs on %d hosts", num_devices, hosts)
+    return Allocation(host_mesh, procs, device_host, per_host, job)
 
 
 def spawn_on(proc: ProcMesh, name: str, cls, *args):
@@ -53,15 +92,18 @@ def spawn_on(proc: ProcMesh, name: str, cls, *args):
     return proc.spawn(name, cls, *args)
 
 
-def replacement_proc(device: int, host: int) -> ProcMesh:
-    """A fresh proc for ``device`` after its process died (local driver: this host)."""
-    if host != 0:
-        raise ConfigError(f"replacement_proc: device {device} is on host {host}; the local "
-                          f"driver has host 0 only")
-    return this_host().spawn_procs(per_host={"procs": 1}, name=f"pivot_slot{device}")
-
-
 def spawn_host_service(name: str, cls, *args):
-    """Spawns a per-host service actor (e.g. the parameter store) on a proc of its own."""
+    """Spawns a service actor (e.g. a one-host GPS) on a proc of its own on this host."""
     procs = this_host().spawn_procs(per_host={"procs": 1}, name=f"pivot_{name}")
     return procs.spawn(name, cls, *args)
+
+
+def spawn_per_host(alloc: Allocation, name: str, cls, args: Callable[[int], tuple]) -> list:
+    """Spawns one service actor per host of ``alloc`` (e.g. a ``GPSActor``), each on a proc
+    of its own on that host; ``args(host)`` gives its constructor arguments."""
+    out = []
+    for h in range(max(alloc.device_host) + 1):
+        host = alloc.hosts if alloc.job is None else alloc.hosts.slice(hosts=h)
+        procs = host.spawn_procs(per_host={"procs": 1}, name=f"pivot_{name}{h}")
+        out.append(procs.spawn(f"{name}{h}", cls, *args(h)))
+    return out

@@ -48,6 +48,7 @@ class SlotActor(Actor):
                  torch_threads: int | None = 1):
         if torch_threads is not None:
             torch.set_num_threads(torch_threads)
+        os.environ["PIVOT_SLOT_DEVICE"] = str(device)  # context factories may read it
         self.device, self.host, self.source = device, host, source
         self.factories = {Role.parse(r): f for r, f in factories.items()}
         self._build()
