@@ -147,6 +147,8 @@ class GlobalParameterStorage:
         self.hosts = list(hosts)
         self.models = dict(models)
         self.planner = Planner(models, storage, device_host, links)
+        self._dtypes = {n: {p.name: torch_dtype(p.dtype) for p in m.params}
+                        for n, m in self.models.items()}
         self.transports = dict(transports or {Link.LOCAL: ShmTransport(),
                                               Link.REMOTE: MonarchTransport()})
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gps-write")
@@ -180,7 +182,7 @@ class GlobalParameterStorage:
         return {plan.devices[r]: d for r, d in dst.items()}
 
     def _buffers(self, plan: Plan, out: StateDicts | None) -> dict[int, dict[str, torch.Tensor]]:
-        dtypes = {p.name: torch_dtype(p.dtype) for p in plan.model.params}
+        dtypes = self._dtypes[plan.model.name]
         dst = {}
         for r, dev in enumerate(plan.devices):
             shapes = plan.target_shapes(r)
@@ -285,16 +287,16 @@ class GlobalParameterStorage:
             raise ConfigError(f"{plan.model.name}: {what} has no entry for device {dev}; "
                               f"pass one state dict per device of G")
         sd = states[dev]
-        dtypes = {p.name: torch_dtype(p.dtype) for p in plan.model.params}
         for name, shape in plan.target_shapes(r).items():
             t = sd.get(name)
             if t is None:
                 raise ConfigError(f"{plan.model.name}: {what}[{dev}] lacks parameter {name} "
                                   f"(shape {shape} under P)")
-            if tuple(t.shape) != shape or t.dtype != dtypes[name]:
+            dtype = self._dtypes[plan.model.name][name]
+            if tuple(t.shape) != shape or t.dtype != dtype:
                 raise ConfigError(f"{plan.model.name}: {what}[{dev}][{name}] is "
                                   f"{tuple(t.shape)} {t.dtype}, expected {shape} "
-                                  f"{dtypes[name]} under DP={plan.layout.dp} "
+                                  f"{dtype} under DP={plan.layout.dp} "
                                   f"TP={plan.layout.tp} PP={plan.layout.pp}")
 
     def close(self) -> None:

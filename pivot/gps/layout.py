@@ -80,8 +80,11 @@ class ModelMeta:
 
     name: str
     params: tuple[ParamMeta, ...]
+    _num_layers: int = field(default=0, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        layers = [p.layer for p in self.params if p.layer is not None]
+        object.__setattr__(self, "_num_layers", max(layers) + 1 if layers else 1)
         names = [p.name for p in self.params]
         if len(set(names)) != len(names):
             raise ConfigError(f"model {self.name!r}: duplicate parameter names")
@@ -97,8 +100,7 @@ class ModelMeta:
 
     @property
     def num_layers(self) -> int:
-        layers = [p.layer for p in self.params if p.layer is not None]
-        return max(layers) + 1 if layers else 1
+        return self._num_layers
 
     @classmethod
     def from_state_dict(cls, name: str, state: Mapping[str, torch.Tensor]) -> "ModelMeta":

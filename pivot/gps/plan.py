@@ -123,6 +123,7 @@ class Plan:
     sender_load: np.ndarray
     num_candidates: int
     _transfers: dict | None = field(default=None, repr=False)
+    _shapes: dict | None = field(default=None, repr=False)
 
     @property
     def makespan(self) -> float:
@@ -139,19 +140,21 @@ class Plan:
         return int(self.cells.nbytes[self.cell].sum())
 
     def target_shapes(self, rank: int) -> dict[str, tuple[int, ...]]:
-        """Shape of each parameter shard device ``rank`` holds under ``P``."""
+        """Shape of each parameter shard device ``rank`` holds under ``P`` (do not modify)."""
         _, stage, _ = self.layout.coords(rank)
-        split = dict(self.layout.split_dims)
-        out = {}
-        for p in self.model.params:
-            if param_stage(p, self.model.num_layers, self.layout.pp) != stage:
-                continue
-            shape = list(p.shape)
-            d = split.get(p.name)
-            if d is not None:
-                shape[d] //= self.layout.tp
-            out[p.name] = tuple(shape)
-        return out
+        if self._shapes is None:
+            split = dict(self.layout.split_dims)
+            shapes: dict[int, dict[str, tuple[int, ...]]] = {s: {} for s in
+                                                             range(self.layout.pp)}
+            for p in self.model.params:
+                shape = list(p.shape)
+                d = split.get(p.name)
+                if d is not None:
+                    shape[d] //= self.layout.tp
+                shapes[param_stage(p, self.model.num_layers, self.layout.pp)][p.name] = \
+                    tuple(shape)
+            self._shapes = shapes
+        return self._shapes[stage]
 
     def transfers(self) -> dict[tuple[int, int], list[Transfer]]:
         """The transfers grouped by (GPS host, device rank), built once."""

@@ -21,6 +21,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+import numpy as np
 import torch
 
 from pivot.errors import ConfigError, StateError
@@ -34,14 +35,18 @@ ShardKey = tuple[str, int]
 
 _ALIGN = 64
 _INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 def checksum(t: torch.Tensor) -> int:
-    """A cheap checksum of a (possibly strided) tensor's bytes: the int64 sum of its words.
+    """A cheap checksum of a (possibly strided) tensor's bytes: the sum of its words as
+    unsigned integers, mod 2**64 (numpy, single-threaded: about memory speed; torch's
+    integer sum was 10x slower here).
 
     Catches corrupted, truncated or stale bytes; not order-sensitive, not cryptographic.
     """
-    return int(t.view(_INT[t.element_size()]).sum(dtype=torch.int64))
+    words = t.view(_INT[t.element_size()]).numpy().view(_UINT[t.element_size()])
+    return int(words.sum(dtype=np.uint64))
 
 
 @dataclass(frozen=True, slots=True)
