@@ -167,11 +167,12 @@ class GeneratorContext:
 
     @property
     def kv_capacity(self) -> int:
-        return self.cfg.kv_capacity if self.loop.engine.stats().kv_allocated else 0
+        allocated = self.loop.call(lambda e: e.stats().kv_allocated)
+        return self.cfg.kv_capacity if allocated else 0
 
     def describe(self) -> dict[str, Any]:
         st = self.loop.call(lambda e: e.stats())
-        return {"kv_capacity": self.kv_capacity if st.kv_allocated else 0,
+        return {"kv_capacity": self.cfg.kv_capacity if st.kv_allocated else 0,
                 "weights_loaded": st.weights_loaded and self.holds_weights,
                 "rss_bytes": st.rss_bytes, "engine": dataclasses.asdict(st)}
 
