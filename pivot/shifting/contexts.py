@@ -5,9 +5,9 @@ walks a role's shift-down or shift-up steps and times each phase. Contexts are b
 per slot when the slot is spawned (their preserved part, e.g. an engine definition, lives
 for the whole run) and are shifted, never rebuilt.
 
-``InferenceContext`` and ``TrainingContext`` hold real torch state; the vLLM engine
-(``pivot.roles.generator``) and the torchtitan trainer (``pivot.roles.trainer``) plug in by
-implementing ``RoleContext`` (or, for engines, the ``Engine`` hooks).
+``InferenceContext`` and ``TrainingContext`` hold real torch state (tests, benchmarks); the
+vLLM engine (``pivot.roles.generator.GeneratorContext``) and the torchtitan trainer
+(``pivot.roles.trainer``) plug in by implementing ``RoleContext``.
 """
 
 from __future__ import annotations
