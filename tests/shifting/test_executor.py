@@ -28,7 +28,7 @@ class Recorder:
     def _hit(self, name, cost):
         self.calls.append(name)
         self.clock.t += cost
-        if self.fail_on == name:
+        if self.fail_on and name.startswith(self.fail_on):
             raise RuntimeError(f"{name} broke")
 
     # SlotBackend
@@ -151,3 +151,49 @@ def test_a_failing_port_call_leaves_the_device_map_consistent(fail_on, stage, lo
     assert replay(dm.device_host, dm.events) == dm.states
     if stage == "migrate_down":
         assert dm.replicas(Role.ROLLOUT) == {"ro-a": (0,), "ro-b": (1,)}
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_random_plans_and_failures_never_leave_a_device_twice_or_half_shifted(data):
+    ex, rec, dm, _, _ = setup()
+    for _ in range(data.draw(st.integers(1, 4))):
+        rec.fail_on = None
+        reps = sorted(dm.replicas().items())
+        donors = data.draw(st.lists(st.sampled_from(reps), unique=True, max_size=3)) if reps else []
+        down = tuple(ShiftDown(dm.state(devs[0]).role,
+                               None if dm.state(devs[0]).role is Role.TRAINING else rid, devs)
+                     for rid, devs in donors)
+        idle = dm.devices_in(SlotKind.IDLE)
+        if idle and data.draw(st.booleans()):
+            down += (ShiftDown(None, None, idle),)
+        pool = sorted({d for s in down for d in s.devices})
+        role = data.draw(st.sampled_from(list(Role)))
+        groups = tuple((d,) for d in pool) if role is not Role.TRAINING else (
+            (tuple(pool),) if pool else ())
+        if groups and data.draw(st.booleans()):
+            groups = groups[:-1] + ((groups[-1][0], 99),)  # an invalid device
+        calls_before = len(rec.calls)
+        rec.fail_on = data.draw(st.sampled_from(
+            [None, "backend.up:" + f"{role.value}-0", "apply:"] +
+            [f"backend.down:{rid}" for rid, _ in donors]))
+        before = list(dm.states)
+        try:
+            ex.execute(ShiftPlan(role, down, groups))
+        except StateError:
+            assert dm.states == before and len(rec.calls) == calls_before
+        except ShiftError as e:
+            assert e.report.failed_stage is not None
+        owner = {}
+        for rid, devs in dm.replicas().items():
+            for d in devs:
+                assert d not in owner
+                owner[d] = rid
+        assert len(dm.replicas(Role.TRAINING)) <= 1
+        assert not dm.devices_in(SlotKind.SHIFTING_UP)
+        assert not dm.devices_in(SlotKind.SHIFTING_DOWN)
+        assert replay(dm.device_host, dm.events) == dm.states
