@@ -225,6 +225,24 @@ class ShiftAwareScheduler(LoadArrays):
         from pivot.scheduler.migration import shift_up_migration
         return shift_up_migration(self, list(views), migrate=self.migrate_on_shift_up)
 
+    def lose_replica(self, replica_id: str) -> tuple[list[int], list[Dispatch]]:
+        """A replica's process died: a forced shift down (alg. 3) with no engine to ask.
+
+        Its sequences return to the queue with the tokens the driver last recorded for
+        them (``SequenceState.generated_*``) and are re-dispatched onto the survivors.
+
+        Returns:
+            (requeued sequence ids, the Dispatch actions to carry out).
+        """
+        view = self.view(replica_id)
+        lost = sorted(view.running)
+        for sid in lost:
+            seq = self._unplace(sid)
+            seq.num_aborts += 1
+            self.queue.push(seq)
+        self._remove_replicas([replica_id])
+        return lost, self.dispatch()
+
     # ------------------------------------------------------------------- metrics
     @property
     def num_seqs(self) -> int:

@@ -140,3 +140,17 @@ def test_inconsistent_state_is_refused_not_repaired():
         s.submit(seq(0))
     with pytest.raises(StateError, match="serves rollout or reward"):
         ShiftAwareScheduler(Role.TRAINING, MODEL)
+
+
+def test_a_lost_replica_requeues_its_sequences_with_their_tokens():
+    s = sched_with([10_000, 10_000])
+    for i in range(6):
+        s.submit(seq(i))
+    s.dispatch()
+    victim = s.seqs[0].replica_id
+    s.update_lengths(victim, {0: 150})
+    lost, actions = s.lose_replica(victim)
+    assert 0 in lost and victim not in s.replicas
+    assert {a.seq_id for a in actions} == set(lost)
+    assert s.seqs[0].generated_len == 50 and actions[0].resume
+    s.check()
