@@ -11,6 +11,7 @@ Shifting never restarts a process or an engine; it only changes what the slots h
 from __future__ import annotations
 
 import logging
+import itertools
 import threading
 import time
 import weakref
@@ -64,6 +65,7 @@ class MeshController:
         t = time.perf_counter()
         self.procs = [alloc.proc(d) for d in range(len(alloc.device_host))]
         self._gen = [0] * len(self.procs)
+        self._prefix = f"c{next(_NEXT_ID)}slot"
         self.slots = [self._spawn(d, self._names[d]) for d in range(len(self.procs))]
         self.describe_all()  # waits for every constructor, so spawn time is measured whole
         self.spawn_s = time.perf_counter() - t
@@ -73,8 +75,10 @@ class MeshController:
 
     @property
     def _names(self) -> list[str]:
-        """Slot mesh names; Monarch reports failures as ``<name>-<uid>``."""
-        return [f"slot{d}" if g == 0 else f"slot{d}r{g}" for d, g in enumerate(self._gen)]
+        """Slot mesh names, unique per controller; Monarch reports failures as
+        ``<name>-<uid>``."""
+        return [f"{self._prefix}{d}" if g == 0 else f"{self._prefix}{d}r{g}"
+                for d, g in enumerate(self._gen)]
 
     def _spawn(self, device: int, name: str):
         return spawn_on(self.procs[device], name, SlotActor, device,
@@ -95,13 +99,9 @@ class MeshController:
 
     def shift_up(self, role: Role, replica_id: str, devices: tuple[int, ...]) -> ShiftResult:
         futs = [self.slots[d].shift_up.call_one(role, replica_id) for d in devices]
-        phases = _slowest([f.get(timeout=self.timeout) for f in futs])
-        kv = 0
-        if role is not Role.TRAINING:
-            infos = [self.slots[d].describe.call_one().get(timeout=self.timeout)
-                     for d in devices]
-            kv = min(i["contexts"][role.value]["kv_capacity"] for i in infos)
-        return ShiftResult(phases, kv)
+        results = [f.get(timeout=self.timeout) for f in futs]
+        kv = min(k for _, k in results) if role is not Role.TRAINING else 0
+        return ShiftResult(_slowest([p for p, _ in results]), kv)
 
     # ---- inspection and role-specific calls ------------------------------------------
     def describe(self, device: int) -> dict[str, Any]:
@@ -186,6 +186,7 @@ class MeshController:
 
 
 _CONTROLLERS: "weakref.WeakSet[MeshController]" = weakref.WeakSet()
+_NEXT_ID = itertools.count()
 
 
 def _dispatch_fault(failure) -> None:

@@ -79,8 +79,13 @@ class SlotActor(Actor):
         return phases
 
     @endpoint
-    def shift_up(self, role: Role, replica_id: str, layout: Any = None) -> dict[str, float]:
-        """Shift-up actions of ``role``: GPS Read, reload, reallocate; phase -> seconds."""
+    def shift_up(self, role: Role, replica_id: str,
+                 layout: Any = None) -> tuple[dict[str, float], int]:
+        """Shift-up actions of ``role``: GPS Read, reload, reallocate.
+
+        Returns:
+            (phase -> seconds, the context's KV capacity in tokens; 0 for training).
+        """
         if self.active is not None:
             raise StateError(f"slot {self.device}: asked to shift up to {role.value} replica "
                              f"{replica_id}, but it holds {self._holding()}; shift down first")
@@ -91,7 +96,7 @@ class SlotActor(Actor):
 
         phases = apply_steps(ctx, shift_up_steps(role), read)
         self.active, self.replica_id = role, replica_id
-        return phases
+        return phases, int(ctx.describe().get("kv_capacity", 0))
 
     @endpoint
     def describe(self) -> dict[str, Any]:
