@@ -42,6 +42,16 @@ class GPSActor(Actor):
     def __init__(self, host: int, storage: StorageLayout, models: Mapping[str, ModelMeta],
                  shm_dir: str = "/dev/shm") -> None:
         self.store = HostStore(host, storage, models, shm_dir)
+        self._nixl = None
+
+    @endpoint
+    def nixl_expose(self, model: str, version: int, staged: bool = False) -> tuple[bytes, int]:
+        self._nixl = nixl_expose(self.store, self._nixl, model, version, staged)
+        return self._nixl[1]
+
+    @endpoint
+    def checksums(self, model: str, version: int, items: list) -> list[int]:
+        return self.store.checksums(model, version, items)
 
     @endpoint
     def begin_write(self, model: str, version: int, initial: bool = False) -> Manifest:
@@ -85,7 +95,20 @@ class GPSActor(Actor):
 
 
 _HOST_OPS = ("begin_write", "put", "commit", "abort", "latest", "acquire", "release", "get",
-             "versions", "close")
+             "versions", "close", "nixl_expose", "checksums")
+
+
+def nixl_expose(store: HostStore, endpoint, model: str, version: int, staged: bool):
+    """Registers a version's arena with the host's NIXL agent (created on first use).
+    Returns ``(endpoint, (agent metadata, arena base address))``."""
+    from pivot.gps.nixl import NixlHostEndpoint
+
+    if endpoint is None:
+        endpoint = NixlHostEndpoint(store.host)
+    else:
+        endpoint = endpoint[0]
+    man, arena, live = store.arena(model, version, staged)
+    return endpoint, endpoint.expose(man.path, arena, live)
 
 
 class ActorHost:
@@ -117,11 +140,30 @@ class LocalHost:
 
     def __init__(self, store: HostStore) -> None:
         self.index, self.store = store.host, store
+        self._nixl = None
+
+    def nixl_expose(self, model: str, version: int, staged: bool = False):
+        self._nixl = nixl_expose(self.store, self._nixl, model, version, staged)
+        return self._nixl[1]
 
     def __getattr__(self, op: str):
         if op not in _HOST_OPS:
             raise AttributeError(op)
         return getattr(self.store, op)
+
+
+def default_transports() -> dict[Link, Transport]:
+    """Shared memory for host-local links; NIXL for remote links (measured here 0.35-0.4
+    GB/s inside Monarch actors on a busy machine, against 0.08-0.1 GB/s for Monarch
+    endpoint arguments), falling back to Monarch if a NIXL agent cannot start."""
+    try:
+        from pivot.gps.nixl import NixlTransport
+
+        remote: Transport = NixlTransport()
+    except Exception as e:  # no nixl wheel, or UCX cannot start
+        logger.warning("NIXL unavailable (%s); remote GPS links use Monarch", e)
+        remote = MonarchTransport()
+    return {Link.LOCAL: ShmTransport(), Link.REMOTE: remote}
 
 
 class GlobalParameterStorage:
@@ -134,7 +176,7 @@ class GlobalParameterStorage:
         storage: the GPS layout.
         device_host: host index of every device of the pool.
         links: link costs for planning.
-        transports: the transport per link type (default: shm local, Monarch remote).
+        transports: the transport per link type (default: :func:`default_transports`).
     """
 
     def __init__(self, hosts: Sequence[Any], models: Mapping[str, ModelMeta],
@@ -149,8 +191,7 @@ class GlobalParameterStorage:
         self.planner = Planner(models, storage, device_host, links)
         self._dtypes = {n: {p.name: torch_dtype(p.dtype) for p in m.params}
                         for n, m in self.models.items()}
-        self.transports = dict(transports or {Link.LOCAL: ShmTransport(),
-                                              Link.REMOTE: MonarchTransport()})
+        self.transports = dict(transports or default_transports())
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gps-write")
 
     # --- Read ----------------------------------------------------------------------------

@@ -253,6 +253,29 @@ class HostStore:
             out.append((t, checksum(t)))
         return out
 
+    def arena(self, model: str, version: int, staged: bool = False
+              ) -> tuple[Manifest, torch.Tensor, set[str]]:
+        """A version's manifest and flat arena (staged: a Write in progress), and the paths
+        of every arena still live (for transports that register memory)."""
+        with self._lock:
+            v = (self._staged.get((model, version)) if staged
+                 else self._versions.get(model, {}).get(version))
+            live = {x.manifest.path for d in self._versions.values() for x in d.values()}
+            live |= {x.manifest.path for x in self._staged.values()}
+        if v is None:
+            raise StateError(f"GPS host {self.host}: {model} v{version} is not "
+                             f"{'being written' if staged else 'stored'}")
+        return v.manifest, v.arena, live
+
+    def checksums(self, model: str, version: int,
+                  items: Sequence[tuple[str, int, tuple[slice, ...]]]) -> list[int]:
+        """Checksums of slices of a stored version (to verify a one-sided transfer)."""
+        with self._lock:
+            v = self._versions[model].get(version)
+        if v is None:
+            raise StateError(f"GPS host {self.host}: {model} v{version} is not stored")
+        return [checksum(v.tensors[(n, sh)][box]) for n, sh, box in items]
+
     def tensors(self, model: str, version: int) -> dict[ShardKey, torch.Tensor]:
         """The stored shards of a version (in-process access; do not modify)."""
         with self._lock:

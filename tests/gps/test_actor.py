@@ -18,7 +18,10 @@ from conftest import random_state, setups, shard_of, storage_with_k
 
 
 def make_gps(models_, storage, device_host, transports=None):
+    """A client on in-process stores; remote links through the Monarch transport's code
+    (host.get / host.put), so no NIXL agent starts per example."""
     stores = [HostStore(h, storage, models_) for h in range(storage.hosts)]
+    transports = transports or {Link.LOCAL: ShmTransport(), Link.REMOTE: MonarchTransport()}
     gps = GlobalParameterStorage([LocalHost(s) for s in stores], models_, storage,
                                  device_host, transports=transports)
     return gps, stores
@@ -190,5 +193,27 @@ def test_a_read_whose_bytes_arrive_corrupted_fails_loudly_when_verifying():
             gps.read("policy", (0,), ParallelLayout.create(QWEN), verify=True)
         out = gps.read("policy", (0,), ParallelLayout.create(QWEN), verify=True)  # disarmed
         assert all(torch.equal(out[0][k], v) for k, v in random_state(QWEN, 0).items())
+    finally:
+        close(gps, stores)
+
+
+def test_nixl_moves_row_and_column_slices_both_ways_bit_identically():
+    from pivot.gps.nixl import NixlTransport
+
+    storage = plan_storage([QWEN], 2, QWEN.nbytes * 6 // 10, min_split_bytes=0)
+    nixl = NixlTransport()
+    gps, stores = make_gps({"policy": QWEN}, storage, (0, 0, 1, 1),
+                           transports={Link.LOCAL: nixl, Link.REMOTE: nixl})
+    try:
+        gps.load("policy", random_state(QWEN, 0))
+        lay = ParallelLayout.create(QWEN, dp=2, tp=2)
+        full = random_state(QWEN, 1)
+        states = {d: {k: v.contiguous() for k, v in expected(full, QWEN, lay, r).items()}
+                  for r, d in enumerate((0, 1, 2, 3))}
+        gps.write("policy", (0, 1, 2, 3), lay, states, verify=True)
+        out = gps.read("policy", (3, 0, 1, 2), lay, verify=True)
+        for r, d in enumerate((3, 0, 1, 2)):
+            want = expected(full, QWEN, lay, r)
+            assert all(torch.equal(out[d][k], v) for k, v in want.items())
     finally:
         close(gps, stores)

@@ -5,6 +5,8 @@ import torch
 
 from pivot.errors import StateError
 from pivot.gps.layout import ParallelLayout, plan_storage, qwen3_model
+from pivot.gps.plan import Link
+from pivot.gps.transport import MonarchTransport
 
 from conftest import random_state
 
@@ -27,6 +29,8 @@ def gps():
                                                      {"policy": M}))
              for i in range(2)]
     client = GlobalParameterStorage(hosts, {"policy": M}, storage, (0, 0, 1, 1))
+    from pivot.gps.nixl import NixlTransport
+    assert isinstance(client.transports[Link.REMOTE], NixlTransport)
     yield client
     client.close()
     for h in hosts:
@@ -49,6 +53,17 @@ def test_write_then_read_through_the_actors_is_bit_identical_over_both_links(gps
     out = gps.read("policy", (3, 0), ParallelLayout.create(M, dp=2), verify=True)
     for d in (3, 0):
         assert all(torch.equal(out[d][k], full[k]) for k in full)
+
+
+def test_the_monarch_fallback_path_reads_the_same_bytes(gps):
+    local = gps.transports[Link.LOCAL]
+    gps.transports[Link.LOCAL] = MonarchTransport()
+    try:
+        a = gps.read("policy", (0, 2), ParallelLayout.create(M, tp=2), verify=True)
+    finally:
+        gps.transports[Link.LOCAL] = local
+    b = gps.read("policy", (0, 2), ParallelLayout.create(M, tp=2))
+    assert all(torch.equal(a[d][k], b[d][k]) for d in a for k in a[d])
 
 
 def test_an_unknown_version_fails_with_the_hosts_message(gps):
