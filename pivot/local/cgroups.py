@@ -1,0 +1,73 @@
+"""A fixed CPU share per device slot, so an idle slot's compute is really lost, as an idle
+GPU's is (STACK.md, "Giving a device slot a fixed CPU share").
+
+Choice: cgroup v1 CFS quota, one group ``/sys/fs/cgroup/cpu/pivot_<run>_slot<d>`` per slot
+proc with ``cpu.cfs_quota_us = share * cfs_period_us`` (2 cores / 4 slots = 50% each), and
+the slot's engine bound to core ``d % 2``. A slot may not borrow an idle slot's time. The
+groups are removed at close (processes are moved back to the root group first).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+ROOT = Path("/sys/fs/cgroup/cpu")
+
+
+@dataclass
+class SlotCpuShares:
+    """Attributes:
+        share: fraction of one core per slot (0.5 = 50%); None or <= 0 disables.
+        name: prefix of the cgroup folders.
+        period_us: CFS period.
+    """
+
+    share: float | None = 0.5
+    name: str = "pivot"
+    period_us: int = 100_000
+    groups: dict[int, Path] = field(default_factory=dict)
+
+    @property
+    def available(self) -> bool:
+        return bool(self.share and self.share > 0 and ROOT.is_dir() and os.access(ROOT, os.W_OK))
+
+    def assign(self, device: int, pid: int) -> bool:
+        """Moves ``pid`` (the slot's proc, all its threads) into the slot's group."""
+        if not self.available:
+            log.warning("no writable cgroup v1 cpu controller: slot %d runs without a CPU "
+                        "cap", device)
+            return False
+        g = ROOT / f"{self.name}_slot{device}"
+        g.mkdir(exist_ok=True)
+        (g / "cpu.cfs_period_us").write_text(str(self.period_us))
+        (g / "cpu.cfs_quota_us").write_text(str(int(self.share * self.period_us)))
+        (g / "cgroup.procs").write_text(str(pid))
+        self.groups[device] = g
+        return True
+
+    def usage_s(self) -> dict[int, float]:
+        """CPU seconds each slot has used (cpuacct is co-mounted with cpu in v1)."""
+        out = {}
+        for d, g in self.groups.items():
+            f = g / "cpuacct.usage"
+            if f.is_file():
+                out[d] = int(f.read_text()) / 1e9
+        return out
+
+    def close(self) -> None:
+        for d, g in list(self.groups.items()):
+            try:
+                for pid in (g / "cgroup.procs").read_text().split():
+                    try:
+                        (ROOT / "cgroup.procs").write_text(pid)
+                    except OSError:
+                        pass
+                g.rmdir()
+            except OSError as e:
+                log.warning("could not remove cgroup %s: %s", g, e)
+            self.groups.pop(d, None)

@@ -1,0 +1,172 @@
+"""Role contexts of the local driver's device slots (sec. 5.2), built once per slot.
+
+- ``SlotGeneratorContext``: the generator context (``pivot.roles.generator``) plus the
+  calls the driver makes through ``SlotActor.invoke`` on the active role: submit, abort,
+  collect, first_tokens, and ``refresh`` (GPS Read of the newest policy, loaded without
+  restarting the engine).
+- ``SlotTrainerContext``: the torchtitan ``Trainer`` as a role context: parameters are
+  released and Read back from GPS, optimizer state and gradients offloaded and reloaded,
+  and ``train_step`` runs forward_backward + optim_step on a ``TrainBatch``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from pivot.roles.engine.config import EngineConfig
+from pivot.roles.engine.requests import GenRequest, SeqResult
+from pivot.roles.generator import GeneratorContext
+from pivot.roles.titan.batch import TrainBatch
+from pivot.shifting.role_shift import ContextCategory
+from pivot.types import MODEL_OF_ROLE, Role
+
+log = logging.getLogger(__name__)
+
+
+class SlotGeneratorContext(GeneratorContext):
+    """Rollout or reward context over the slot's one shared engine.
+
+    Args:
+        role: rollout or reward.
+        cfg: the engine (identical for both roles, so they share one engine).
+        source: the GPS parameter source, for ``refresh``.
+        device: this slot's device id.
+    """
+
+    def __init__(self, role: Role, cfg: EngineConfig, source: Any = None, device: int = 0):
+        super().__init__(role, cfg)
+        self.source, self.device = source, device
+
+    def submit(self, reqs: list[GenRequest]) -> list[str | None]:
+        return self.loop.submit(reqs)
+
+    def abort(self, seq_ids: list[int]) -> dict[int, SeqResult]:
+        return self.loop.abort(seq_ids)
+
+    def collect(self) -> dict[int, SeqResult]:
+        return self.loop.collect()
+
+    def first_tokens(self, seq_ids: list[int], timeout_s: float = 60.0) -> float:
+        return self.loop.first_tokens(seq_ids, timeout_s)
+
+    def refresh(self) -> dict[str, float]:
+        """Reads the newest version of this role's model from GPS and loads it (the
+        scheduler aborted this replica's sequences first; the engine refuses otherwise)."""
+        t = time.perf_counter()
+        state = self.source.read(self.model, (self.device,))[self.device]
+        t_read = time.perf_counter() - t
+        self.load_parameters(state)
+        return {"gps_read_s": t_read, "load_s": self.timings["load_weights"]}
+
+    def stats(self) -> dict[str, Any]:
+        st = self.loop.call(lambda e: e.stats())
+        return {"running": st.running, "num_tokens": st.num_tokens,
+                "generated_tokens": st.generated_tokens, "mean_step_s": st.mean_step_s}
+
+
+@dataclass
+class SlotTrainerContext:
+    """Training context over the torchtitan trainer (single process per training replica).
+
+    Attributes:
+        model_dir: the policy's HF folder (architecture; weights come from GPS).
+        lr: AdamW learning rate.
+        max_seq_len: trainer RoPE length.
+        seed: trainer seed.
+    """
+
+    model_dir: str
+    lr: float = 1e-5
+    max_seq_len: int = 512
+    seed: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        from pivot.roles.trainer import Trainer
+
+        self.role = Role.TRAINING
+        self.model = MODEL_OF_ROLE[Role.TRAINING]
+        cfg = Trainer.Config(model=self.model_dir, max_seq_len=self.max_seq_len,
+                             seed=self.seed, optimizer=Trainer.Optimizer(lr=self.lr),
+                             fsdp=False)
+        self.trainer = Trainer(cfg)
+        self.trainer.setup()
+        self.trainer.release_parameters()
+        self.names: tuple[str, ...] | None = None
+        self.loaded = False
+        self._pending_opt: dict | None = None
+
+    # ---- RoleContext -------------------------------------------------------------
+    def discard(self, category: ContextCategory) -> None:
+        if category is ContextCategory.PARAMETERS:
+            self.trainer.release_parameters()
+            self.loaded = False
+
+    def offload(self, category: ContextCategory) -> None:
+        self.trainer.offload()
+
+    def reload(self, category: ContextCategory) -> None:
+        self.trainer.reload()
+
+    def reallocate(self, category: ContextCategory) -> None:
+        """Activations are rebuilt by the next forward pass."""
+
+    def load_parameters(self, state: Mapping[str, torch.Tensor]) -> None:
+        self.names = tuple(state)
+        self.timings.update(self.trainer.load_hf_state_dict(state))
+        self.loaded = True
+
+    @property
+    def weights(self) -> dict[str, torch.Tensor]:
+        """HF-named tensors under GPS's names (for ``SlotActor.write_back``)."""
+        if not self.loaded:
+            return {}
+        sd = self.trainer.state_dict_hf()
+        return {k: sd[k] for k in (self.names or sd)}
+
+    def describe(self) -> dict[str, Any]:
+        return {"kv_capacity": 0, "loaded": self.loaded,
+                "items": self.trainer.context_items()}
+
+    # ---- training calls (SlotActor.invoke) ---------------------------------------
+    def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        """One GRPO update: forward_backward on the whole batch, then optim_step."""
+        if self._pending_opt is not None:
+            self.trainer.optimizer.load_state_dict(self._pending_opt)
+            self._pending_opt = None
+        out = self.trainer.forward_backward(batch)
+        out.update(self.trainer.optim_step())
+        return out
+
+    def optimizer_state(self) -> dict:
+        return self.trainer.optimizer.state_dict()
+
+    def set_optimizer_state(self, state: dict) -> None:
+        """Restores AdamW state from a checkpoint before the next step."""
+        self._pending_opt = state
+
+
+@dataclass(frozen=True)
+class GeneratorFactory:
+    """Builds a slot's generator context; binds the slot's engine to core
+    ``device % cores`` (the slot's device comes from ``PIVOT_SLOT_DEVICE``, set by
+    ``SlotActor``), so two engines never share a core's OpenMP threads (STACK.md)."""
+
+    role: Role
+    cfg: EngineConfig
+    source: Any
+    cores: int = 2
+
+    def __call__(self) -> SlotGeneratorContext:
+        import dataclasses
+        import os
+
+        device = int(os.environ.get("PIVOT_SLOT_DEVICE", "0"))
+        cfg = dataclasses.replace(self.cfg, cpu_core=device % self.cores)
+        return SlotGeneratorContext(self.role, cfg, self.source, device)

@@ -1,0 +1,147 @@
+"""The local driver's control plane and trainer ports (sec. 4 "Workflow", sec. 7).
+
+``LocalControl`` is the loop's ControlPort: at each tick the monitor builds the
+``WorkloadSnapshot`` from the shared schedulers and the device map, the planner plans,
+and the shared ``ShiftExecutor`` carries the plan out on the mesh. It also records the
+allocation trace (fig. 10) and every shift's phases (fig. 12). ``LocalTrainer`` is the
+TrainerPort: GRPO steps in the training slot, GPS Write, rollout replicas Read.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from pivot.planner.monitor import RoleShape, snapshot
+from pivot.planner.plan import ShiftPlan
+from pivot.rl.batch import build_train_batch
+from pivot.rl.ports import LoopStatus
+from pivot.rl.trajectory import PromptGroup
+from pivot.shifting.executor import ShiftExecutor
+from pivot.shifting.role_shift import SlotKind
+from pivot.types import INFERENCE_ROLES, POLICY, Role, TrainingLoad
+
+log = logging.getLogger(__name__)
+
+
+class LocalControl:
+    """Args:
+        ctl: mesh controller; fleet: the inference fleet; planner: any Planner.
+        shapes: role -> RoleShape; train_needed: training's devices.
+        tau_train: training's shift time (s); release_idle_training: static strategy.
+        clock: time source.
+    """
+
+    def __init__(self, ctl, fleet, planner, shapes: dict[Role, RoleShape], train_needed: int,
+                 tau_train: float, release_idle_training: bool = False, clock=time.monotonic):
+        self.ctl, self.fleet, self.planner = ctl, fleet, planner
+        self.shapes, self.train_needed, self.tau_train = shapes, train_needed, tau_train
+        self.release_idle_training = release_idle_training
+        self.clock = clock
+        self.executor = ShiftExecutor(ctl.shifter, fleet.schedulers, fleet)
+        self.busy = False
+        self.status = LoopStatus(0, False, 0, 0, False)
+        self.t0 = clock()
+        self.trace: list[dict[str, Any]] = []
+        self.shifts: list[dict[str, Any]] = []
+        self.planner_s: list[float] = []
+        if hasattr(planner, "bind"):
+            planner.bind(lambda: self.status.oldest_rollout_done)
+
+    def training_devices(self) -> tuple[int, ...]:
+        rid = self.ctl.shifter.training_replica()
+        return self.ctl.device_map.replica_devices(rid) if rid else ()
+
+    def training_load(self) -> TrainingLoad:
+        return TrainingLoad(self.train_needed, self.training_devices(), self.busy,
+                            self.status.batch_ready, self.tau_train)
+
+    def snapshot(self):
+        dm = self.ctl.device_map
+        return snapshot(self.clock(), dict(self.fleet.schedulers), self.shapes,
+                        self.training_load(), dm.device_host, dm.devices_in(SlotKind.IDLE),
+                        dm.devices_in(SlotKind.LOST))
+
+    def execute(self, plan: ShiftPlan) -> None:
+        now = self.clock() - self.t0
+        rep = self.executor.execute(plan)
+        self.shifts.append({
+            "time_s": now, "up_role": plan.up_role.value, "reason": plan.reason,
+            "total_s": rep.total_s, "stage_s": dict(rep.stage_s),
+            "down": [{"role": r.role.value, "devices": list(r.devices), "phases": r.phases,
+                      "seconds": r.seconds} for r in rep.down],
+            "up": [{"role": r.role.value, "devices": list(r.devices), "phases": r.phases,
+                    "seconds": r.seconds} for r in rep.up],
+            "migration_down": _mig(rep.migration_down), "migration_up": _mig(rep.migration_up)})
+        log.info("shift to %s (%s): %.2f s", plan.up_role.value, plan.reason, rep.total_s)
+
+    # ---- ControlPort ---------------------------------------------------------------
+    def tick(self, status: LoopStatus) -> None:
+        self.status = status
+        if (self.release_idle_training and not self.busy and not status.batch_ready
+                and self.training_devices()):
+            self.ctl.shifter.shift_down(self.ctl.shifter.training_replica())
+        t = time.perf_counter()
+        plan = self.planner.plan(self.snapshot())
+        self.planner_s.append(time.perf_counter() - t)
+        if plan is not None:
+            self.execute(plan)
+        self.trace.append({"time_s": self.clock() - self.t0, **self.allocation()})
+
+    def set_busy(self, busy: bool) -> None:
+        self.busy = busy
+
+    def allocation(self) -> dict[str, Any]:
+        dm = self.ctl.device_map
+        out = {r.value: sorted(d for devs in dm.replicas(r).values() for d in devs)
+               for r in Role}
+        out["idle"] = list(dm.devices_in(SlotKind.IDLE))
+        return out
+
+
+def _mig(m) -> dict[str, float]:
+    return {"aborted": m.aborted, "dispatched": m.dispatched, "abort_s": m.abort_s,
+            "dispatch_s": m.dispatch_s, "reprefill_s": m.reprefill_s}
+
+
+class LocalTrainer:
+    """The TrainerPort over the training slot (sec. 5.1: Write after each step)."""
+
+    def __init__(self, ctl, fleet, control: LocalControl, source, pad_id: int,
+                 keep_optimizer: bool = True):
+        self.ctl, self.fleet, self.control, self.source = ctl, fleet, control, source
+        self.pad_id, self.keep_optimizer = pad_id, keep_optimizer
+        self.optimizer: dict | None = None
+        self._restore_opt: dict | None = None
+
+    def ready(self) -> bool:
+        return bool(self.control.training_devices())
+
+    def train(self, groups: Sequence[PromptGroup], version: int) -> dict[str, float]:
+        dev = self.control.training_devices()[0]
+        batch = build_train_batch(groups, self.pad_id)
+        if self._restore_opt is not None:
+            self.ctl.invoke(dev, "set_optimizer_state", state=self._restore_opt)
+            self._restore_opt = None
+        t = time.perf_counter()
+        m = self.ctl.invoke(dev, "train_step", batch=batch)
+        m["trainer/step_s"] = time.perf_counter() - t
+        if self.keep_optimizer:
+            self.optimizer = self.ctl.invoke(dev, "optimizer_state")
+        return m
+
+    def publish(self, version: int) -> dict[str, float]:
+        dev = self.control.training_devices()[0]
+        t = time.perf_counter()
+        self.ctl.write_back(dev)
+        write_s = time.perf_counter() - t
+        return {"gps/write_s": write_s, "gps/rollout_refresh_s": self.fleet.refresh_rollout()}
+
+    def state(self) -> dict[str, Any]:
+        return {"policy": self.source.read(POLICY, (0,))[0], "optimizer": self.optimizer}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.source.write(POLICY, (0,), None, {0: state["policy"]})
+        self._restore_opt = self.optimizer = state.get("optimizer")

@@ -1,0 +1,298 @@
+"""The ``local`` driver: real RL post-training with resource shifting on this CPU.
+
+    driver = LocalDriver(group=LocalGroup(), deployment=Deployment(...), steps=4)
+    result = driver.run()     # LocalResult: metrics per step, allocation trace, shifts
+    driver.close()
+
+Build order: checks (models, slots vs machine, data) in the constructor, before any engine;
+``run`` starts GPS (both models), the mesh of device slots (one vLLM engine and one
+trainer context per slot, each slot capped to a fixed CPU share), the shared control plane
+(schedulers, planner, monitor, executor), provisions the deployment's initial split
+through the executor, and runs ``pivot.rl.loop.RLLoop``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gin
+
+from pivot.errors import ConfigError
+from pivot.local.group import LocalGroup
+from pivot.planner.monitor import RoleShape
+from pivot.planner.plan import ShiftDown, ShiftPlan
+from pivot.rl import checkpoint
+from pivot.rl.data import PromptStream
+from pivot.rl.loop import LoopConfig, RLLoop
+from pivot.rl.staleness import StalenessBound
+from pivot.rl.workflow import RLWorkflow
+from pivot.scheduler.scheduler import ShiftAwareScheduler
+from pivot.scheduler.throughput import BinaryThroughputModel, ThroughputModel
+from pivot.sim.deployment import Deployment
+from pivot.types import GENRM, INFERENCE_ROLES, POLICY, Role
+
+log = logging.getLogger(__name__)
+logging.getLogger("monarch._src.actor.telemetry").setLevel(logging.ERROR)  # Future.get in the loop
+
+
+@dataclass
+class LocalResult:
+    """What a local run measured."""
+
+    group: str
+    deployment: str
+    seed: int
+    steps: list[dict[str, Any]]
+    trace: list[dict[str, Any]]
+    shifts: list[dict[str, Any]]
+    wall_s: float
+    startup_s: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self, trace: bool = True) -> dict[str, Any]:
+        st = self.steps
+        # throughput from the end of step 1 on (as the sim and fig. 13 do), tokens/s
+        thr = None
+        if len(st) >= 2 and st[-1]["time_s"] > st[0]["time_s"]:
+            thr = (st[-1]["tokens"] - st[0]["tokens"]) / (st[-1]["time_s"] - st[0]["time_s"])
+        out = {"group": self.group, "deployment": self.deployment, "seed": self.seed,
+               "throughput": thr, "step_time": (st[-1]["time_s"] / len(st)) if st else None,
+               "shifts": len(self.shifts), "events_per_s": None, "wall_s": self.wall_s,
+               "startup_s": self.startup_s, "steps": st, **self.extra}
+        if trace:
+            out["trace"], out["shift_records"] = self.trace, self.shifts
+        return out
+
+
+@gin.configurable
+class LocalDriver:
+    """Args:
+        group: the local model group.
+        deployment: colocated / disaggregated / rr_colocated / PivotRL and strategies.
+        stream: the prompt stream (prompts per step, data seed, optional parquet).
+        loop: poll and tick periods, checkpoints, stop_after.
+        steps: RL steps of the run.
+        seed: sampling seed (the data seed is ``stream.seed``).
+        throughput: (A, B, C, D) of the engines' decode latency (sec. 6.1), seconds.
+        tau_inference / tau_training: shift times the planner charges (sec. 7.1), s.
+        cpu_share: fraction of one core per slot (cgroup v1 quota); 0 disables.
+        lr: AdamW learning rate of the trainer.
+        eval_every: validation accuracy@1 every this many steps (0: only at the end).
+        resume: continue from the run folder's latest checkpoint.
+    """
+
+    def __init__(self, group: LocalGroup = gin.REQUIRED, deployment: Deployment = gin.REQUIRED,
+                 stream: PromptStream = PromptStream(), loop: LoopConfig = LoopConfig(),
+                 steps: int = 4, seed: int = 0,
+                 throughput: tuple[float, float, float, float] = (2e-6, 0.012, 6e-4, 0.002),
+                 tau_inference: float = 0.5, tau_training: float = 1.0,
+                 cpu_share: float = 0.5, lr: float = 1e-5, eval_every: int = 0,
+                 resume: bool = False, run_dir: str | None = None):
+        if steps < 1:
+            raise ConfigError(f"LocalDriver.steps must be >= 1, got {steps}")
+        group.check()
+        self.group, self.dep, self.stream, self.loop_cfg = group, deployment, stream, loop
+        self.steps, self.seed, self.lr = steps, seed, lr
+        self.tm = ThroughputModel(*throughput)
+        self.tau_inference, self.tau_training = tau_inference, tau_training
+        self.cpu_share, self.eval_every, self.resume = cpu_share, eval_every, resume
+        self.run_dir = Path(run_dir) if run_dir else None
+        self.policy_dir, self.genrm_dir = group.model_dirs()
+        self.train_needed = 1   # one single-process trainer (no DP across slots here)
+        if deployment.training_devices not in (0, -1, 1):
+            raise ConfigError(f"Deployment.training_devices={deployment.training_devices}: "
+                              f"the local driver trains on 1 slot")
+        ro, rm = deployment.rollout_devices, deployment.reward_devices
+        pool = group.devices - (1 if deployment.training_home else 0)
+        ro = pool - rm if ro == -1 else ro
+        if ro < 0 or rm < 0 or ro + rm > pool:
+            raise ConfigError(f"Deployment {deployment.name}: rollout_devices={ro}, "
+                              f"reward_devices={rm} and training do not fit "
+                              f"LocalGroup.devices={group.devices}")
+        self.split = (ro, rm)
+        self._closers: list = []
+        self.ctl = None
+
+    # ------------------------------------------------------------------ building
+    def _start(self) -> None:
+        import torch
+        from safetensors.torch import load_file
+        from transformers import AutoTokenizer
+
+        from pivot.gps.actor import GPSActor
+        from pivot.gps.layout import ModelMeta, plan_storage
+        from pivot.local.cgroups import SlotCpuShares
+        from pivot.local.contexts import GeneratorFactory, SlotTrainerContext
+        from pivot.roles.engine.config import EngineConfig
+        from pivot.runtime.gps_source import GPSParameterSource
+        from pivot.runtime.mesh import MeshController
+        from pivot.runtime.provision import spawn_host_service
+
+        g = self.group
+        cache = str(Path("cache").resolve())
+        os.environ.setdefault("TMPDIR", str(Path(cache) / "tmp"))
+        self.tok = AutoTokenizer.from_pretrained(self.policy_dir)
+        states = {}
+        for m, d in ((POLICY, self.policy_dir), (GENRM, self.genrm_dir)):
+            sd = {}
+            for f in sorted(Path(d).glob("*.safetensors")):
+                sd.update(load_file(str(f)))
+            states[m] = {k: v.to(torch.float32) for k, v in sd.items()}
+        metas = {m: ModelMeta.from_state_dict(m, sd) for m, sd in states.items()}
+        storage = plan_storage(list(metas.values()), 1, 1 << 30)
+        gps = spawn_host_service("gps", GPSActor, 0, storage, metas)
+        self.source = GPSParameterSource([gps], metas, storage, (0,) * g.devices)
+        for m, sd in states.items():
+            self.source.gps.load(m, sd)
+        ecfg = EngineConfig(self.policy_dir, max_model_len=512, num_blocks=g.num_blocks,
+                            cache_dir=cache, seed=self.seed)
+        self.kv_capacity = ecfg.kv_capacity
+        cores = os.cpu_count() or 1
+        factories = {r: GeneratorFactory(r, ecfg, self.source, cores) for r in INFERENCE_ROLES}
+        factories[Role.TRAINING] = functools.partial(SlotTrainerContext, self.policy_dir,
+                                                     self.lr, 512, self.seed)
+        t = time.perf_counter()
+        self.ctl = MeshController.local(g.devices, self.source, factories)
+        log.info("%d device slots with engines up in %.1f s", g.devices, time.perf_counter() - t)
+        self.shares = SlotCpuShares(self.cpu_share, name=f"pivot{os.getpid()}")
+        self._closers.append(self.shares.close)
+        for d in range(g.devices):
+            self.shares.assign(d, self.ctl.describe(d)["pid"])
+
+    def _control_plane(self):
+        from pivot.local.control import LocalControl, LocalTrainer
+        from pivot.local.fleet import Fleet, RewardService, RolloutService
+        from pivot.roles.engine.requests import SampleSpec
+
+        g, d = self.group, self.dep
+        sm = BinaryThroughputModel() if d.binary_scheduler else self.tm
+        self.schedulers = {r: ShiftAwareScheduler(r, sm, migrate_on_shift_up=d.migrate_on_shift_up,
+                                                  kv_reserve=64) for r in INFERENCE_ROLES}
+        eos = self.tok.eos_token_id
+        ro_spec = SampleSpec(max_tokens=g.max_response_tokens, temperature=g.temperature,
+                             stop_token_ids=(eos,) if eos is not None else ())
+        rm_spec = SampleSpec(max_tokens=g.max_judge_tokens, temperature=0.0,
+                             stop_token_ids=(eos,) if eos is not None else ())
+        encode = lambda s: self.tok(s)["input_ids"]  # noqa: E731
+        decode = lambda ids: self.tok.decode(ids, skip_special_tokens=True)  # noqa: E731
+        self.fleet = Fleet(self.ctl, self.schedulers, decode, encode, ro_spec, rm_spec, self.seed)
+        shapes = {r: RoleShape(1, self.kv_capacity, g.devices, self.tau_inference)
+                  for r in INFERENCE_ROLES}
+        planner = d.planner(self.tm, self.tm)
+        self.control = LocalControl(self.ctl, self.fleet, planner, shapes, self.train_needed,
+                                    self.tau_training, d.release_idle_training)
+        self.trainer = LocalTrainer(self.ctl, self.fleet, self.control, self.source,
+                                    self.tok.pad_token_id or 0)
+        wf = RLWorkflow(self.stream, g.n, self.steps, StalenessBound(d.staleness), encode)
+        return wf, RolloutService(self.fleet), RewardService(self.fleet)
+
+    def _provision(self, allocation: dict[str, Any] | None) -> None:
+        """Initial placement (or the checkpoint's allocation) through the executor."""
+        g, ex = self.group, self.control.executor
+        free = list(range(g.devices))
+        if allocation is not None:
+            counts = {r: len(allocation.get(r.value, [])) for r in Role}
+            train = counts[Role.TRAINING] > 0
+            split = (counts[Role.ROLLOUT], counts[Role.REWARD])
+        else:
+            train, split = self.dep.training_home, self.split
+        if train:
+            devs = (free.pop(),)
+            ex.execute(ShiftPlan(Role.TRAINING, (ShiftDown(None, None, devs),), (devs,),
+                                 reason="provision"))
+        for role, count in zip(INFERENCE_ROLES, split):
+            groups = tuple((free.pop(0),) for _ in range(min(count, len(free))))
+            if groups:
+                used = tuple(x for grp in groups for x in grp)
+                ex.execute(ShiftPlan(role, (ShiftDown(None, None, used),), groups,
+                                     reason="provision"))
+
+    # ------------------------------------------------------------------ running
+    def run(self, progress=None) -> LocalResult:
+        t0 = time.perf_counter()
+        self._start()
+        wf, rollout, reward = self._control_plane()
+        run_dir = self.run_dir
+        metrics_f = None
+        if run_dir is not None:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            metrics_f = open(run_dir / "metrics.jsonl", "a")
+            self._closers.append(metrics_f.close)
+        validator = None
+        if self.eval_every >= 0:
+            from pivot.local.validate import Validator
+            validator = Validator(self.policy_dir, self.stream.validation(),
+                                  self.group.max_response_tokens)
+
+        def on_step(m: dict[str, Any]) -> None:
+            if validator is not None and (m["step"] == self.steps or (
+                    self.eval_every and m["step"] % self.eval_every == 0)):
+                t = time.perf_counter()
+                m["val/accuracy_at_1"] = validator.accuracy(self.source.read(POLICY, (0,))[0])
+                m["val/seconds"] = time.perf_counter() - t
+            m["cpu_s"] = self.shares.usage_s()
+            if metrics_f is not None:
+                metrics_f.write(json.dumps(m) + "\n")
+                metrics_f.flush()
+            if progress is not None:
+                alloc = m["allocation"]
+                progress(m["version"], m["time_s"], postfix=(
+                    f"{m['tokens_per_s']:.0f} tok/s R={m['reward/mean']:.2f} "
+                    f"ro/rm/tr/idle={len(alloc['rollout'])}/{len(alloc['reward'])}/"
+                    f"{len(alloc['training'])}/{len(alloc['idle'])}"))
+
+        loop = RLLoop(wf, rollout, reward, self.trainer, self.control, self.loop_cfg,
+                      run_dir=run_dir, on_step=on_step)
+        self.loop = loop
+        allocation = None
+        if self.resume:
+            ck = checkpoint.latest(run_dir) if run_dir else None
+            if ck is None:
+                raise ConfigError(f"LocalDriver.resume: no checkpoint in {run_dir}")
+            state = checkpoint.load(ck)
+            loop.resume(state)
+            allocation = state.get("allocation")
+        self._provision(allocation)
+        startup = time.perf_counter() - t0
+        log.info("start-up %.1f s; running %s for %d steps", startup, self.dep.name, self.steps)
+        hist = loop.run()
+        res = LocalResult(self.group.name, self.dep.name, self.seed, hist, self.control.trace,
+                          self.control.shifts, time.perf_counter() - t0, startup,
+                          {"max_staleness": wf.max_lag_seen,
+                           "migration": _mig(self.fleet.migration),
+                           "planner_calls": len(self.control.planner_s),
+                           "planner_mean_s": (sum(self.control.planner_s) /
+                                              max(len(self.control.planner_s), 1)),
+                           "cpu_share": self.cpu_share, "policy_dir": self.policy_dir,
+                           "data_order": loop.data_order})
+        if run_dir is not None:
+            (run_dir / "allocation_trace.json").write_text(json.dumps(
+                {"trace": res.trace, "shifts": res.shifts}))
+        return res
+
+    def close(self) -> None:
+        for fn in reversed(self._closers):
+            try:
+                fn()
+            except Exception as e:  # keep closing the rest
+                log.warning("close: %s", e)
+        self._closers.clear()
+        if self.ctl is not None:
+            try:
+                self.ctl.stop()
+                self.ctl.alloc.procs.stop().get()
+            except Exception as e:
+                log.warning("close: stopping the slots: %s", e)
+            self.ctl = None
+
+
+def _mig(m) -> dict[str, float]:
+    return {"aborted": m.aborted, "dispatched": m.dispatched, "abort_s": m.abort_s,
+            "dispatch_s": m.dispatch_s}

@@ -1,0 +1,199 @@
+"""The local driver's inference fleet: the shared shift-aware schedulers (sec. 6) over the
+vLLM engines in the device slots, and the rollout and reward ports of the RL loop.
+
+Sequence ids: a trajectory t's response is ``2t`` and its judgement ``2t + 1``, so both
+roles' sequences never collide in an engine. The generator port keeps its own copies of
+the sequence states (tokens kept across aborts); the schedulers keep theirs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from pivot.rewards.genrm import build_genrm_prompt
+from pivot.roles.engine.port import GeneratorPort
+from pivot.roles.engine.requests import GenRequest, SampleSpec, SeqResult
+from pivot.rl.ports import Judgement, Response
+from pivot.rl.trajectory import Trajectory
+from pivot.scheduler.scheduler import ShiftAwareScheduler
+from pivot.shifting.executor import MigrationStats
+from pivot.types import GENRM, POLICY, Role, SequenceState
+
+log = logging.getLogger(__name__)
+
+
+class SlotHandle:
+    """A ``GeneratorHandle`` over one device slot's active generator context."""
+
+    def __init__(self, ctl: Any, device: int):
+        self.ctl, self.device = ctl, device
+
+    def submit(self, reqs: list[GenRequest]) -> list[str | None]:
+        return self.ctl.invoke(self.device, "submit", reqs=reqs)
+
+    def abort(self, seq_ids: list[int]) -> dict[int, SeqResult]:
+        return self.ctl.invoke(self.device, "abort", seq_ids=list(seq_ids))
+
+    def collect(self) -> dict[int, SeqResult]:
+        return self.ctl.invoke(self.device, "collect")
+
+    def first_tokens(self, seq_ids: list[int], timeout_s: float = 60.0) -> float:
+        return self.ctl.invoke(self.device, "first_tokens", seq_ids=list(seq_ids),
+                               timeout_s=timeout_s)
+
+
+class SlotReplicas(Mapping):
+    """Replica id -> handle, read live from the device map (replicas come and go)."""
+
+    def __init__(self, ctl: Any):
+        self.ctl = ctl
+
+    def _live(self) -> dict[str, tuple[int, ...]]:
+        dm = self.ctl.device_map
+        return {rid: devs for role in (Role.ROLLOUT, Role.REWARD)
+                for rid, devs in dm.replicas(role).items()}
+
+    def __getitem__(self, rid: str) -> SlotHandle:
+        return SlotHandle(self.ctl, self._live()[rid][0])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._live())
+
+    def __len__(self) -> int:
+        return len(self._live())
+
+
+class Fleet:
+    """Schedulers + generator port for both inference roles; the executor's ReplicaPort.
+
+    Args:
+        ctl: the mesh controller.
+        schedulers: role -> shift-aware scheduler.
+        decode: token ids -> text (the shared tokenizer).
+        encode: text -> token ids.
+        rollout_spec / judge_spec: sampling of responses and judgements.
+        sample_seed: base of per-sequence sampling seeds (deterministic sampling).
+    """
+
+    def __init__(self, ctl: Any, schedulers: Mapping[Role, ShiftAwareScheduler], decode,
+                 encode, rollout_spec: SampleSpec, judge_spec: SampleSpec,
+                 sample_seed: int = 0):
+        self.ctl, self.schedulers = ctl, schedulers
+        self.decode, self.encode = decode, encode
+        self.specs = {POLICY: rollout_spec, GENRM: judge_spec}
+        self.seed = sample_seed
+        self.port = GeneratorPort(SlotReplicas(ctl), {}, spec_for=self._spec,
+                                  measure_reprefill=False)
+        self.trajs: dict[int, Trajectory] = {}
+        self.responses: list[Response] = []
+        self.judgements: list[Judgement] = []
+        self.migration = MigrationStats()
+
+    def _spec(self, seq: SequenceState) -> SampleSpec:
+        import dataclasses
+        return dataclasses.replace(self.specs[seq.model], seed=self.seed * 1_000_003 + seq.seq_id)
+
+    # ---- ReplicaPort (the executor applies migrations through this) ---------------
+    def apply(self, actions: Sequence[object]) -> MigrationStats:
+        st = self.port.apply(actions)
+        self.migration.add(st)
+        return st
+
+    # ---- submission ----------------------------------------------------------------
+    def submit(self, role: Role, trajs: Sequence[Trajectory]) -> None:
+        sched = self.schedulers[role]
+        for t in trajs:
+            self.trajs[t.traj_id] = t
+            if role is Role.ROLLOUT:
+                sid, model, prompt = 2 * t.traj_id, POLICY, list(t.prompt_tokens)
+            else:
+                sid, model = 2 * t.traj_id + 1, GENRM
+                prompt = self.encode(build_genrm_prompt(t.question, t.response_text or ""))
+            cap = self.specs[model].max_tokens
+            self.port.sequences[sid] = SequenceState(sid, model, len(prompt), cap,
+                                                     prompt_tokens=prompt)
+            sched.submit(SequenceState(sid, model, len(prompt), cap))
+        self.dispatch()
+
+    def dispatch(self) -> None:
+        for role in (Role.ROLLOUT, Role.REWARD):
+            acts = self.schedulers[role].dispatch()
+            if acts:
+                self.apply(acts)
+
+    # ---- collection ----------------------------------------------------------------
+    def poll(self) -> None:
+        """Collects finished sequences from every replica, frees their scheduler slots,
+        dispatches what waits, and queues the results for the two ports."""
+        done = self.port.collect()
+        for sid, res in done.items():
+            role = Role.ROLLOUT if sid % 2 == 0 else Role.REWARD
+            sched = self.schedulers[role]
+            s = sched.seqs.get(sid)
+            if s is not None and s.replica_id is not None:
+                sched.finish(sid)
+            elif s is not None:   # finished just before an abort re-queued it
+                sched.queue.remove(sid)
+                del sched.seqs[sid]
+            seq = self.port.sequences.pop(sid)
+            t = self.trajs[sid // 2]
+            processed = seq.prompt_len + len(res.tokens)
+            if res.finish_reason == "error":
+                log.error("sequence %d failed: %s", sid, res.error)
+            if role is Role.ROLLOUT:
+                self.responses.append(Response(t.traj_id, list(res.tokens), list(res.logprobs),
+                                               self.decode(res.tokens), res.finish_reason,
+                                               processed))
+            else:
+                self.trajs.pop(t.traj_id, None)
+                self.judgements.append(Judgement(t.traj_id, self.decode(res.tokens), processed))
+        self.dispatch()
+
+    def refresh_rollout(self) -> float:
+        """Every rollout replica Reads the new policy: its sequences are aborted (tokens
+        kept), weights loaded, and the queue dispatched again. Returns seconds."""
+        import time
+        t0 = time.perf_counter()
+        sched = self.schedulers[Role.ROLLOUT]
+        for rid, devs in self.ctl.device_map.replicas(Role.ROLLOUT).items():
+            acts = sched.abort(rid)
+            if acts:
+                self.apply(acts)
+            for d in devs:
+                self.ctl.invoke(d, "refresh")
+        self.dispatch()
+        return time.perf_counter() - t0
+
+    def pending(self) -> int:
+        return sum(s.num_seqs() for s in self.schedulers.values())
+
+
+class RolloutService:
+    """The loop's RolloutPort over the fleet."""
+
+    def __init__(self, fleet: Fleet):
+        self.fleet = fleet
+
+    def submit(self, trajs: Sequence[Trajectory]) -> None:
+        self.fleet.submit(Role.ROLLOUT, trajs)
+
+    def poll(self) -> list[Response]:
+        self.fleet.poll()
+        out, self.fleet.responses = self.fleet.responses, []
+        return out
+
+
+class RewardService:
+    """The loop's RewardPort: GenRM judgements through the same fleet."""
+
+    def __init__(self, fleet: Fleet):
+        self.fleet = fleet
+
+    def submit(self, trajs: Sequence[Trajectory]) -> None:
+        self.fleet.submit(Role.REWARD, trajs)
+
+    def poll(self) -> list[Judgement]:
+        out, self.fleet.judgements = self.fleet.judgements, []
+        return out

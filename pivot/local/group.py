@@ -1,0 +1,85 @@
+"""The local model group: tiny policy and GenRM on N device slots of this CPU machine.
+
+Checked before any engine starts: the model folders, the slots against the machine's
+cores and memory (each slot holds one in-process vLLM engine, about 1.7 GB, STACK.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import gin
+
+from pivot.errors import ConfigError
+from pivot.roles.engine.config import check_model_dir
+
+log = logging.getLogger(__name__)
+
+
+@gin.configurable
+@dataclass(frozen=True)
+class LocalGroup:
+    """Attributes:
+        name: label of the run folder.
+        devices: device slots (Monarch procs); 4 by default.
+        policy_dir / genrm_dir: HF folders of the two models (launchers/build_models.py);
+            if absent and ``random_if_missing``, random tiny Qwen3s are written instead
+            (they cannot learn the task: the run then only exercises the system).
+        n: responses per prompt (GRPO group).
+        max_response_tokens / max_judge_tokens: generation caps.
+        temperature: rollout sampling temperature (the GenRM judges greedily).
+        num_blocks: KV blocks of 32 tokens per engine.
+        gb_per_slot: resident memory of one slot (engine + trainer), for the fit check.
+        memory_budget_gb: what the slots may use together on this shared machine.
+    """
+
+    name: str = "tiny_cpu"
+    devices: int = 4
+    policy_dir: str = "cache/models/policy"
+    genrm_dir: str = "cache/models/genrm"
+    random_if_missing: bool = True
+    n: int = 4
+    max_response_tokens: int = 48
+    max_judge_tokens: int = 48
+    temperature: float = 1.0
+    num_blocks: int = 256
+    gb_per_slot: float = 2.5
+    memory_budget_gb: float = 12.0
+
+    def check(self) -> None:
+        cores = os.cpu_count() or 1
+        if self.devices < 2:
+            raise ConfigError(f"LocalGroup.devices={self.devices}: the local driver needs at "
+                              f">= 2 device slots (rollout/reward and training)")
+        if self.devices > 4 * cores:
+            raise ConfigError(f"LocalGroup.devices={self.devices} does not fit this machine's "
+                              f"{cores} cores (at most {4 * cores} slots); lower it")
+        need = self.devices * self.gb_per_slot
+        if need > self.memory_budget_gb:
+            raise ConfigError(f"LocalGroup.devices={self.devices} slots x {self.gb_per_slot} GB"
+                              f" = {need:.1f} GB exceeds LocalGroup.memory_budget_gb="
+                              f"{self.memory_budget_gb}; lower devices")
+        if self.n < 2:
+            raise ConfigError(f"LocalGroup.n={self.n}: GRPO needs >= 2 responses per prompt")
+
+    def model_dirs(self) -> tuple[str, str]:
+        """The two model folders, checked (or written at random when allowed)."""
+        out = []
+        for kind, d, seed in (("policy", self.policy_dir, 0), ("genrm", self.genrm_dir, 1)):
+            p = Path(d)
+            if not p.is_dir() and self.random_if_missing:
+                from pivot.roles.engine.tiny import make_tiny_qwen3
+                p = Path("cache/models") / f"random_{kind}"
+                if not (p / "config.json").is_file():
+                    log.warning("%s folder %s is missing: writing a RANDOM tiny Qwen3 to %s "
+                                "(build the real ones with launchers/build_models.py)",
+                                kind, d, p)
+                    make_tiny_qwen3(p, seed=seed)
+                else:
+                    log.warning("%s folder %s is missing: using the random model in %s",
+                                kind, d, p)
+            out.append(str(check_model_dir(p)))
+        return out[0], out[1]
