@@ -47,17 +47,22 @@ class SimDriver:
         tick_s: planner period in virtual seconds.
         kv_reserve: free KV tokens a replica keeps for growth (scheduler eligibility).
         max_virtual_s: a run past this virtual time is an error (a stuck workflow).
+        stall_ticks: planner ticks with nothing running, nothing pending and no shift
+            after which the run fails as unable to make progress.
     """
 
     def __init__(self, group: ModelGroup = gin.REQUIRED, deployment: Deployment = gin.REQUIRED,
                  steps: int = 5, seed: int = 0, tick_s: float = 2.0, kv_reserve: int = 2048,
-                 max_virtual_s: float = 1e6) -> None:
+                 max_virtual_s: float = 1e6, stall_ticks: int = 10) -> None:
         if steps < 2:
             raise ConfigError(f"SimDriver.steps must be >= 2 (throughput is measured from "
                               f"the end of step 1), got {steps}")
         self.group, self.dep = group, deployment
         self.steps, self.seed, self.tick_s = steps, seed, tick_s
         self.max_virtual_s = max_virtual_s
+        self.stall_ticks = stall_ticks
+        self._stalled = 0
+        self._progress: tuple = ()
         g, d = group, deployment
         self.train_needed = (g.devices if d.training_devices == -1 else
                              d.training_devices or g.training.devices)
@@ -149,6 +154,33 @@ class SimDriver:
             c._dirty.update(INFERENCE_ROLES)
             c.maybe_start_training()
         self.tracer.sample(self.clock.now, c, self.device_map)
+        self._check_progress()
+
+    def _check_progress(self) -> None:
+        """Fails fast when nothing runs, nothing is pending and the planner does not
+        shift for ``stall_ticks`` ticks: the deployment cannot make progress."""
+        c, wf = self.cluster, self.workflow
+        tr = c.training
+        running = (any(r.num_seqs for r in c.replicas.values()) or tr.busy
+                   or tr.ready_at > self.clock.now
+                   or any(t > self.clock.now for t in c.free_at.values()))
+        mark = (wf.version, wf.processed_tokens, len(self.tracer.shifts), c.events)
+        if running or mark != self._progress:
+            self._stalled, self._progress = 0, mark
+            return
+        self._stalled += 1
+        if self._stalled < self.stall_ticks:
+            return
+        waiting = {r.value: self.schedulers[r].num_seqs for r in INFERENCE_ROLES}
+        reps = {r.value: len(self.device_map.replicas(r)) for r in Role}
+        raise ConfigError(
+            f"deployment {self.dep.name!r} on {self.group.name!r} makes no progress: at "
+            f"virtual t={self.clock.now:.0f} s nothing has run for {self.stall_ticks} planner "
+            f"ticks and the planner does not shift (step {wf.version}/{self.steps}; waiting "
+            f"sequences {waiting}; replicas {reps}; training batch ready "
+            f"{wf.batch_ready()}). A role with work has no devices or training cannot get "
+            f"{self.train_needed} devices: fix Deployment.rollout_devices / reward_devices / "
+            f"training_devices or the planner binding")
 
     def _release_training(self) -> None:
         tr = self.cluster.training

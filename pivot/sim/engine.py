@@ -91,6 +91,8 @@ class SimCluster:
     _dirty: set = field(default_factory=set)
     _next: dict = field(default_factory=dict)
     tokens_by_role: dict[Role, int] = field(default_factory=lambda: {r: 0 for r in Role})
+    rollout_end: dict[int, float] = field(default_factory=dict)
+    """Step -> virtual time its last response finished (the end of its generation)."""
 
     @property
     def now(self) -> float:
@@ -205,6 +207,9 @@ class SimCluster:
     def _finished(self, role: Role, sid: int) -> None:
         if role is Role.ROLLOUT:
             judge = self.workflow.response_done(sid)
+            step = self.workflow.items[sid].step
+            if self.workflow.unfinished_responses[step] == 0:
+                self.rollout_end[step] = self.now
             if judge is not None:
                 self.schedulers[Role.REWARD].submit(judge)
                 self._dirty.add(Role.REWARD)

@@ -44,6 +44,10 @@ class SimResult:
     trace: list = field(default_factory=list)
     shift_log: list = field(default_factory=list)
     train_steps: list = field(default_factory=list)
+    rollout_end: list = field(default_factory=list)
+    """[step, virtual time its last response finished]."""
+    training_phases: dict = field(default_factory=dict)
+    """Seconds of each training phase of one step (``TrainingProfile.phase_seconds``)."""
 
     def to_dict(self, trace: bool = False) -> dict:
         d = asdict(self)
@@ -128,4 +132,7 @@ class Tracer:
                      "max_wall_s": max(self.planner_wall, default=0.0),
                      "split_mean_s": {k: v / calls for k, v in self.planner_split.items()}},
             migration=dict(self.migration), shift_phases=phases, trace=self.samples,
-            shift_log=self.shifts, train_steps=[list(s) for s in steps])
+            shift_log=self.shifts, train_steps=[list(s) for s in steps],
+            rollout_end=sorted([k, v] for k, v in c.rollout_end.items()),
+            training_phases=g.training.phase_seconds(
+                g.policy, wf.step_tokens[wf.steps - 1], driver.train_needed))

@@ -88,25 +88,46 @@ def _fitted(stand_in: StandIn) -> ThroughputModel:
 @gin.configurable
 @dataclass(frozen=True)
 class TrainingProfile:
-    """Policy training time per RL step (actor update + old log-prob, sec. 8.1).
+    """Policy training time per RL step: actor update plus, optionally, the old log-prob
+    forward (sec. 8.1; verl's step split).
 
-    t = 8 * active params * tokens / (devices * peak * mfu) + overhead_s: 6 FLOPs per
-    parameter and token for forward + backward, 2 for the old log-prob forward. ``mfu``
-    is fitted to verl's DAPO 7B step on 128 H20 (114 s + 54 s) by ``launchers/calibrate.py``.
+    update = 6 * active params * tokens / (devices * peak * update_mfu) (forward +
+    backward); old log-prob = 2 * active params * tokens / (devices * peak * logprob_mfu).
+    Both MFUs are fitted to verl's DAPO 7B colocated step on 128 H20 (actor update 113.81 s,
+    old log-prob 53.92 s) by ``launchers/calibrate.py`` (``pivot.sim.calibrate``); the
+    defaults here are that fit's output.
+
+    Attributes:
+        devices: training devices (table 4's training column).
+        update_mfu / logprob_mfu: fractions of H20 bf16 peak (fitted).
+        old_logprob: whether a step recomputes old log-probs (verl colocated does; verl's
+            fully async trainer takes them from the rollout).
+        overhead_s: fixed seconds per step (0: the verl split has no separate term).
     """
 
     devices: int
-    mfu: float = 0.3
-    overhead_s: float = 5.0
+    update_mfu: float = 0.195
+    logprob_mfu: float = 0.137
+    old_logprob: bool = True
+    overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.devices <= 0 or not 0 < self.mfu <= 1:
-            raise ConfigError(f"TrainingProfile: devices must be > 0 and 0 < mfu <= 1, got "
-                              f"devices={self.devices}, mfu={self.mfu}")
+        if self.devices <= 0 or not 0 < self.update_mfu <= 1 or not 0 < self.logprob_mfu <= 1:
+            raise ConfigError(f"TrainingProfile: devices must be > 0 and 0 < update_mfu, "
+                              f"logprob_mfu <= 1, got devices={self.devices}, update_mfu="
+                              f"{self.update_mfu}, logprob_mfu={self.logprob_mfu}")
+
+    def phase_seconds(self, policy: ModelProfile, tokens: int, devices: int) -> dict[str, float]:
+        """Seconds of each training phase for a batch of ``tokens`` on ``devices``."""
+        peak = devices * H20_BF16_TFLOPS * 1e12
+        flops = policy.active_params_b * 1e9 * tokens
+        out = {"update_actor": 6.0 * flops / (peak * self.update_mfu)}
+        if self.old_logprob:
+            out["old_log_prob"] = 2.0 * flops / (peak * self.logprob_mfu)
+        return out
 
     def step_seconds(self, policy: ModelProfile, tokens: int, devices: int) -> float:
-        flops = 8.0 * policy.active_params_b * 1e9 * tokens
-        return flops / (devices * H20_BF16_TFLOPS * 1e12 * self.mfu) + self.overhead_s
+        return sum(self.phase_seconds(policy, tokens, devices).values()) + self.overhead_s
 
 
 @gin.configurable
@@ -114,16 +135,22 @@ class TrainingProfile:
 class ShiftCost:
     """Bytes-over-bandwidth shift costs (sec. 5, fig. 12/13).
 
-    Inference shift up reads the replica's weights from GPS host memory over the host's
-    PCIe (``pcie_gbs``, 63 GB/s, sec. 5.1) with a ``remote_fraction`` over RDMA
-    (``rdma_gbs``, 50 GB/s) and pays ``inference_up_s`` to reallocate the KV cache and CUDA
-    graphs. Shift down discards parameters and temporary context: ``inference_down_s``.
-    Training up reloads weights, gradients and Adam state (16 bytes/param, sharded over
-    its hosts); training down offloads the same bytes.
+    Inference shift up reads the replica's weights (per host) from GPS host memory at an
+    effective ``inference_read_gbs`` with a ``remote_fraction`` over RDMA (``rdma_gbs``,
+    50 GB/s, sec. 5.1) and pays a fixed ``inference_up_s`` (engine re-initialisation: KV
+    cache and CUDA graphs). Shift down discards parameters and temporary context:
+    ``inference_down_s``. Training up reloads weights, gradients and Adam state (16
+    bytes/param, sharded over its hosts) at ``training_read_gbs`` plus ``training_up_s``;
+    training down offloads the same bytes over PCIe (``pcie_gbs``, 63 GB/s, sec. 5.1)
+    plus ``training_down_s``. The effective bandwidths and fixed constants are fitted to
+    the paper's fig. 12/13 overheads by ``pivot.sim.calibrate.fit_shift_cost``
+    (``launchers/calibrate.py``); 63 GB/s is the link's peak, not what a shift reaches.
     """
 
     pcie_gbs: float = 63.0
     rdma_gbs: float = 50.0
+    inference_read_gbs: float = 63.0
+    training_read_gbs: float = 63.0
     remote_fraction: float = 0.0
     inference_up_s: float = 0.8
     inference_down_s: float = 0.5
@@ -131,13 +158,13 @@ class ShiftCost:
     training_down_s: float = 1.0
     devices_per_host: int = 8
 
-    def _read(self, nbytes: float) -> float:
-        local = nbytes * (1 - self.remote_fraction) / (self.pcie_gbs * 1e9)
+    def _read(self, nbytes: float, gbs: float | None = None) -> float:
+        local = nbytes * (1 - self.remote_fraction) / ((gbs or self.pcie_gbs) * 1e9)
         return local + nbytes * self.remote_fraction / (self.rdma_gbs * 1e9)
 
     def inference_up(self, m: ModelProfile) -> dict[str, float]:
         hosts = max(1, math.ceil(m.devices / self.devices_per_host))
-        return {"read_parameters": self._read(m.weight_bytes / hosts),
+        return {"read_parameters": self._read(m.weight_bytes / hosts, self.inference_read_gbs),
                 "reallocate_temporary": self.inference_up_s}
 
     def inference_down(self, m: ModelProfile) -> dict[str, float]:
@@ -148,7 +175,8 @@ class ShiftCost:
         return m.params_b * 1e9 * 16.0 / hosts
 
     def training_up(self, m: ModelProfile, devices: int) -> dict[str, float]:
-        return {"reload_offloadable": self._read(self.training_bytes_per_host(m, devices)),
+        return {"reload_offloadable": self._read(self.training_bytes_per_host(m, devices),
+                                                 self.training_read_gbs),
                 "reallocate_temporary": self.training_up_s}
 
     def training_down(self, m: ModelProfile, devices: int) -> dict[str, float]:
@@ -159,4 +187,4 @@ class ShiftCost:
         """A rollout replica's read of new policy weights after a training step (GPS
         Write is overlapped with the next step, sec. 5.1)."""
         hosts = max(1, math.ceil(m.devices / self.devices_per_host))
-        return self._read(m.weight_bytes / hosts)
+        return self._read(m.weight_bytes / hosts, self.inference_read_gbs)
