@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import uuid
+import weakref
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
@@ -107,11 +109,15 @@ class HostStore:
         self.models = dict(models)
         self.shm_dir = shm_dir
         self._tag = uuid.uuid4().hex[:8]
+        self._paths: set[str] = set()
         self._lock = threading.Lock()
         self._latest: dict[str, int] = {}
         self._versions: dict[str, dict[int, _Version]] = {m: {} for m in self.models}
         self._staged: dict[tuple[str, int], _Version] = {}
         self._layouts = {m: self._arena_layout(m) for m in self.models}
+        sweep_stale_arenas(shm_dir)
+        # Arena files outlive a process that dies without close(): remove them at exit.
+        self._finalizer = weakref.finalize(self, _unlink_all, self._paths)
 
     def _arena_layout(self, model: str) -> tuple[tuple[tuple[ShardKey, int, tuple[int, ...],
                                                              str], ...], int]:
@@ -154,8 +160,9 @@ class HostStore:
                 raise StateError(f"GPS host {self.host}: {model} version {version} is "
                                  f"already being written")
         entries, nbytes = self._layouts[model]
-        path = os.path.join(self.shm_dir, f"pivot-gps-{self._tag}-h{self.host}-{model}-"
-                                          f"v{version}")
+        path = os.path.join(self.shm_dir, f"pivot-gps-p{os.getpid()}-{self._tag}-h{self.host}-"
+                                          f"{model}-v{version}")
+        self._paths.add(path)
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:
             os.ftruncate(fd, nbytes)
@@ -291,6 +298,7 @@ class HostStore:
                   if n != latest and v.readers == 0]:
             v = self._versions[model].pop(n)
             _unlink(v.manifest.path)
+            self._paths.discard(v.manifest.path)
 
     def close(self) -> None:
         """Removes every arena file of this store."""
@@ -309,3 +317,35 @@ def _unlink(path: str) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+def _unlink_all(paths: set[str]) -> None:
+    for p in list(paths):
+        _unlink(p)
+
+
+_STALE = re.compile(r"^pivot-gps-p(\d+)-")
+
+
+def sweep_stale_arenas(shm_dir: str) -> int:
+    """Removes arena files whose owning process no longer exists (it died without
+    closing its store); returns how many. Files of live processes are left alone."""
+    n = 0
+    try:
+        names = os.listdir(shm_dir)
+    except FileNotFoundError:
+        return 0
+    for name in names:
+        m = _STALE.match(name)
+        if not m:
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+        except ProcessLookupError:
+            _unlink(os.path.join(shm_dir, name))
+            n += 1
+        except PermissionError:
+            pass
+    if n:
+        logger.info("removed %d stale GPS arena files from %s", n, shm_dir)
+    return n

@@ -76,3 +76,27 @@ def test_checksum_sees_strided_views_and_a_single_flipped_bit():
     assert c == checksum(v.contiguous())
     x.view(torch.int32)[3, 3] ^= 1
     assert checksum(v) != c
+
+
+def test_arena_files_of_dead_processes_are_swept_and_live_ones_kept(tmp_path):
+    import subprocess
+    import sys
+
+    from pivot.gps.storage import sweep_stale_arenas
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (tmp_path / f"pivot-gps-p{dead}-x-h0-policy-v0").write_bytes(b"x")
+    (tmp_path / f"pivot-gps-p{os.getpid()}-y-h0-policy-v0").write_bytes(b"y")
+    (tmp_path / "other-file").write_bytes(b"z")
+    assert sweep_stale_arenas(str(tmp_path)) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "other-file", f"pivot-gps-p{os.getpid()}-y-h0-policy-v0"]
+
+
+def test_a_store_dropped_without_close_removes_its_files():
+    s = HostStore(0, plan_storage([M], 1, 10**6), {"policy": M})
+    path = install(s, "policy", 0, 1.0).path
+    assert os.path.exists(path)
+    s._finalizer()
+    assert not os.path.exists(path)
