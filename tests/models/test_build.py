@@ -1,0 +1,74 @@
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pivot.data.dataset import MathTaskConfig
+from pivot.models import ArchConfig, BuildConfig, build_models, ensure_models, is_built, paths
+from pivot.models.sft import SFTConfig
+
+TINY = BuildConfig(
+    task=MathTaskConfig(seed=0, num_val=16),
+    arch=ArchConfig(hidden_size=64, num_layers=1, num_heads=2, num_kv_heads=1,
+                    intermediate_size=128),
+    vocab_size=300, tokenizer_corpus=200, policy_examples=200, genrm_examples=200,
+    policy_sft=SFTConfig(steps=3, batch_size=8), genrm_sft=SFTConfig(steps=3, batch_size=8),
+    genrm_eval_pairs=16)
+
+LOAD_AND_GENERATE = """
+import sys
+from transformers import AutoModelForCausalLM, AutoTokenizer
+for d in sys.argv[1:]:
+    tok = AutoTokenizer.from_pretrained(d)
+    m = AutoModelForCausalLM.from_pretrained(d)
+    enc = tok(["Problem: What is 1 + 2?\\nResponse:"], return_tensors="pt")
+    out = m.generate(**enc, max_new_tokens=4, do_sample=False)
+    assert out.shape[1] > enc["input_ids"].shape[1], out.shape
+    assert m.config.head_dim in (32, 64) and m.dtype.is_floating_point
+print("ok")
+"""
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("cache")
+    manifest = build_models(cache, TINY, threads=1)
+    return cache, manifest
+
+
+def test_a_build_writes_both_models_the_tokenizer_and_a_manifest(built):
+    cache, manifest = built
+    p = paths(cache)
+    for d in (p.policy, p.genrm):
+        assert (d / "config.json").is_file() and (d / "model.safetensors").is_file()
+        assert (d / "tokenizer.json").is_file()
+    assert (p.tokenizer / "tokenizer.json").is_file()
+    assert manifest["digest"] == TINY.digest() and is_built(cache, TINY)
+    res = manifest["results"]
+    assert res["policy"]["params"] == res["genrm"]["params"] > 0
+    assert 0.0 <= res["policy"]["accuracy_at_1"] <= 1.0
+
+
+def test_ensure_models_reuses_a_matching_build_and_spots_a_stale_one(built):
+    cache, _ = built
+    weights = paths(cache).policy / "model.safetensors"
+    before = weights.stat().st_mtime_ns
+    assert ensure_models(cache, TINY, threads=1) == paths(cache)
+    assert weights.stat().st_mtime_ns == before
+    assert not is_built(cache, BuildConfig())  # another config: another digest
+
+
+def test_the_saved_models_load_offline_and_generate(built):
+    cache, _ = built
+    p = paths(cache)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-c", LOAD_AND_GENERATE, str(p.policy), str(p.genrm)],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().endswith("ok")
+
+
+def test_the_paths_follow_pivot_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("PIVOT_CACHE", str(tmp_path))
+    assert paths().policy == tmp_path / "models" / "policy"
