@@ -22,7 +22,10 @@ def log_no_gpu(driver: str) -> None:
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     except ImportError:
         gpus = 0
-    if gpus == 0:
+    if gpus == 0 and driver == "LocalDriver":
+        log.info("no GPUs on this machine: running the `local` driver, real engines on "
+                 "the CPU (Monarch procs stand in for devices)")
+    elif gpus == 0:
         log.info("no GPUs on this machine: running the `sim` driver (%s), a discrete-event "
                  "simulation of the cluster in virtual time", driver)
     else:
@@ -35,9 +38,9 @@ def progress_bar(steps: int, disable: bool = False):
     from tqdm import tqdm
     bar = tqdm(total=steps, unit="step", desc="RL steps", disable=disable)
 
-    def update(version: int, now: float) -> None:
+    def update(version: int, now: float, postfix: str | None = None) -> None:
         bar.n = version
-        bar.set_postfix_str(f"sim {now:,.0f} s")
+        bar.set_postfix_str(postfix or f"sim {now:,.0f} s")
         bar.refresh()
     try:
         yield update

@@ -27,8 +27,8 @@ from launchers.common import (init_wandb, log_no_gpu, progress_bar,  # noqa: E40
 from pivot.config import gin_setup  # noqa: E402
 from pivot.errors import ConfigError  # noqa: E402
 
-DEFAULT_GIN = ["gin/qwen7b_30b.gin"]
-DEFAULT_PARAMS = ["SimDriver.steps = 3"]
+DEFAULT_GIN = ["gin/tiny_cpu.gin"]   # the local driver: real RL on this CPU
+DEFAULT_PARAMS: list[str] = []
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,11 +57,20 @@ def main(argv: list[str] | None = None) -> int:
     name = a.run_dir or f"runs/{driver.group.name}_{driver.dep.name}_s{driver.seed}"
     run_dir = Path(name)
     run_dir.mkdir(parents=True, exist_ok=True)
+    if hasattr(driver, "run_dir"):
+        driver.run_dir = run_dir
     config = gin.operative_config_str()
     (run_dir / "operative_config.gin").write_text(config)
     wb = init_wandb(run_dir, name=run_dir.name, config_str=config)
-    with progress_bar(driver.steps, disable=a.no_progress) as bar:
-        result = driver.run(progress=bar)
+    try:
+        with progress_bar(driver.steps, disable=a.no_progress) as bar:
+            result = driver.run(progress=bar)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    finally:
+        if hasattr(driver, "close"):
+            driver.close()
     out = result.to_dict(trace=True)
     (run_dir / "result.json").write_text(json.dumps(out, indent=1))
     summary = {k: out[k] for k in ("group", "deployment", "throughput", "step_time",

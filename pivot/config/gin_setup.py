@@ -20,6 +20,7 @@ def register() -> None:
     """Imports every module whose classes gin files may name."""
     import pivot.planner  # noqa: F401  (PivotPlanner, NoShiftPlanner, ...)
     import pivot.sim  # noqa: F401
+    import pivot.local.driver  # noqa: F401  (LocalDriver, LocalGroup, PromptStream, LoopConfig)
 
 
 @gin.configurable("run")

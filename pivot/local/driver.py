@@ -159,7 +159,10 @@ class LocalDriver:
         factories[Role.TRAINING] = functools.partial(SlotTrainerContext, self.policy_dir,
                                                      self.lr, 512, self.seed)
         t = time.perf_counter()
-        self.ctl = MeshController.local(g.devices, self.source, factories)
+        from pivot.runtime.provision import allocate
+        # engine start-up under load takes minutes on 2 shared cores: a long call timeout
+        self.ctl = MeshController(allocate(g.devices), self.source, factories,
+                                  call_timeout_s=900.0)
         log.info("%d device slots with engines up in %.1f s", g.devices, time.perf_counter() - t)
         self.shares = SlotCpuShares(self.cpu_share, name=f"pivot{os.getpid()}")
         self._closers.append(self.shares.close)
@@ -238,6 +241,7 @@ class LocalDriver:
                 m["val/accuracy_at_1"] = validator.accuracy(self.source.read(POLICY, (0,))[0])
                 m["val/seconds"] = time.perf_counter() - t
             m["cpu_s"] = self.shares.usage_s()
+            _wandb_log(m)
             if metrics_f is not None:
                 metrics_f.write(json.dumps(m) + "\n")
                 metrics_f.flush()
@@ -296,3 +300,16 @@ class LocalDriver:
 def _mig(m) -> dict[str, float]:
     return {"aborted": m.aborted, "dispatched": m.dispatched, "abort_s": m.abort_s,
             "dispatch_s": m.dispatch_s}
+
+
+def _wandb_log(m: dict[str, Any]) -> None:
+    """Logs a step's numeric metrics to the active wandb run, if any (offline by default)."""
+    try:
+        import wandb
+    except ImportError:
+        return
+    if wandb.run is None:
+        return
+    flat = {f"rl/{k}": v for k, v in m.items() if isinstance(v, (int, float))}
+    flat.update({f"alloc/{r}": len(v) for r, v in m.get("allocation", {}).items()})
+    wandb.log(flat, step=int(m["step"]))

@@ -1,0 +1,50 @@
+"""Bad input fails with a clear error before any engine starts (launchers/run.py)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pivot.config import gin_setup
+from pivot.errors import ConfigError
+from pivot.local.group import LocalGroup
+from pivot.rl.data import PromptStream
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_missing_gin_file_is_named():
+    with pytest.raises(ConfigError, match="does not exist"):
+        gin_setup.parse(["gin/nope.gin"], [])
+
+
+def test_an_unknown_binding_is_named():
+    with pytest.raises(ConfigError, match="LocalDriver.no_such"):
+        gin_setup.parse([str(ROOT / "gin/tiny_cpu.gin")], ["LocalDriver.no_such = 1"])
+
+
+def test_a_group_whose_slots_do_not_fit_the_machine_is_refused():
+    with pytest.raises(ConfigError, match="memory_budget_gb"):
+        LocalGroup(devices=8).check()
+    with pytest.raises(ConfigError, match="cores"):
+        LocalGroup(devices=64, gb_per_slot=0.1, memory_budget_gb=1000).check()
+
+
+def test_a_data_file_with_the_wrong_schema_is_refused(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    f = tmp_path / "bad.parquet"
+    pq.write_table(pa.table({"problem": ["1+1"], "answer": ["2"]}), f)
+    with pytest.raises(ConfigError, match="DAPO-Math-17k schema"):
+        PromptStream(parquet=str(f))
+
+
+def test_run_py_reports_a_bad_binding_without_starting_engines():
+    out = subprocess.run([sys.executable, "launchers/run.py", "--gin", "gin/tiny_cpu.gin",
+                          "--gin_param", "LocalGroup.devices = 16"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert "LocalGroup.devices=16 does not fit" in out.stderr
+    assert "slots with engines up" not in out.stderr
