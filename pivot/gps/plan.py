@@ -8,7 +8,8 @@
 2. Demands: one per (atomic slice, receiving device) for Read, one per (atomic slice, GPS
    replica holder) for Write (every holder must receive it; the devices become senders).
 3. Greedy balancing: each demand goes to the candidate sender with the least accumulated
-   estimated latency after taking it (``bytes / link bandwidth + per-transfer constant``;
+   estimated latency after taking it (for Write, whose candidate sets overlap, the plan
+   falls back to first-holder in the rare case that is better) (``bytes / link bandwidth + per-transfer constant``;
    node-local PCIe vs remote RDMA). Demands are swept largest first; a run of demands with
    the same size, candidates and receiving host is assigned in closed form (water filling
    over the candidates, then a fix-up of at most a few single steps), which is exactly the
@@ -122,6 +123,8 @@ class Plan:
     cost: np.ndarray
     sender_load: np.ndarray
     num_candidates: int
+    strategy: str = "greedy"
+    """How senders were chosen: "greedy", or "first-holder" where that was better."""
     _transfers: dict | None = field(default=None, repr=False)
     _shapes: dict | None = field(default=None, repr=False)
 
@@ -457,6 +460,7 @@ class Planner:
         dev_host = self.device_host[np.asarray(devices, dtype=np.int64)]
         idx = np.arange(len(cells))
         one = cells.tp >= 0
+        strategy = "greedy" if greedy else "first-holder"
         # Receivers (Read) / holders of the slice (Write) on the device side.
         dpi = np.arange(dp)
         r_one = ((dpi[None, :] * pp + cells.stage[one][:, None]) * tp
@@ -488,12 +492,20 @@ class Planner:
                 t -= 1
                 cands.append((dpi[:, None] * pp * tp + s * tp + (np.arange(tp)[None, :]
                               if t < 0 else t)).ravel().astype(np.int64))
-            sender, link, cost, load = _assign(
-                cells.nbytes[cell], cset_of[cell], host, host, cands, dev_host, layout.world,
-                self.links, greedy)
+            args = (cells.nbytes[cell], cset_of[cell], host, host, cands, dev_host,
+                    layout.world, self.links)
+            sender, link, cost, load = _assign(*args, greedy)
+            if greedy:
+                # Write's candidate sets overlap (a replicated slice may come from any TP
+                # rank), so the greedy bound against first-holder no longer holds: keep the
+                # better of the two (first-holder is one vectorised pass).
+                alt = _assign(*args, False)
+                if alt[3].max() < load.max():
+                    sender, link, cost, load = alt
+                    strategy = "first-holder"
             rank = sender
             num_candidates = layout.world
         else:
             raise ConfigError(f"unknown GPS operation {op!r}; expected 'read' or 'write'")
         return Plan(op, meta, devices, layout, st, cells, cell, rank, host, link, cost, load,
-                    num_candidates)
+                    num_candidates, strategy)
