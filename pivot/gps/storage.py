@@ -97,10 +97,14 @@ class HostStore:
         storage: the GPS layout; this host holds the shards of slot ``host % k``.
         models: the models' parameter lists, by name.
         shm_dir: where arena files go (``/dev/shm``: memory, shared with local readers).
+        recycle: keep one dropped arena per model as the next Write's staging area, so a
+            Write lands in memory already faulted in (measured 2-4x faster here) at the
+            cost of one spare copy of each written model per host (the GenRM, never
+            written, has none). The layout's budget must leave room for it.
     """
 
     def __init__(self, host: int, storage: StorageLayout, models: Mapping[str, ModelMeta],
-                 shm_dir: str = "/dev/shm") -> None:
+                 shm_dir: str = "/dev/shm", recycle: bool = True) -> None:
         if not 0 <= host < storage.hosts:
             raise ConfigError(f"HostStore: host {host} outside the GPS layout's "
                               f"{storage.hosts} hosts")
@@ -110,6 +114,9 @@ class HostStore:
         self.shm_dir = shm_dir
         self._tag = uuid.uuid4().hex[:8]
         self._paths: set[str] = set()
+        self._count = 0
+        self.recycle = recycle
+        self._spare: dict[str, tuple[str, torch.Tensor]] = {}
         self._lock = threading.Lock()
         self._latest: dict[str, int] = {}
         self._versions: dict[str, dict[int, _Version]] = {m: {} for m in self.models}
@@ -160,15 +167,21 @@ class HostStore:
                 raise StateError(f"GPS host {self.host}: {model} version {version} is "
                                  f"already being written")
         entries, nbytes = self._layouts[model]
-        path = os.path.join(self.shm_dir, f"pivot-gps-p{os.getpid()}-{self._tag}-h{self.host}-"
-                                          f"{model}-v{version}")
-        self._paths.add(path)
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-        try:
-            os.ftruncate(fd, nbytes)
-        finally:
-            os.close(fd)
-        arena = map_arena(path, nbytes)
+        with self._lock:
+            spare = self._spare.pop(model, None)
+        if spare is not None:  # a dropped version's arena: its pages are already in memory
+            path, arena = spare
+        else:
+            self._count += 1
+            path = os.path.join(self.shm_dir, f"pivot-gps-p{os.getpid()}-{self._tag}-"
+                                              f"h{self.host}-{model}-a{self._count}")
+            self._paths.add(path)
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+            try:
+                os.ftruncate(fd, nbytes)
+            finally:
+                os.close(fd)
+            arena = map_arena(path, nbytes)
         man = Manifest(self.host, model, version, path, nbytes, entries)
         with self._lock:
             self._staged[(model, version)] = _Version(man, arena, man.views(arena))
@@ -203,8 +216,12 @@ class HostStore:
         """Discards a staged version (stored versions are untouched)."""
         with self._lock:
             st = self._staged.pop((model, version), None)
+            if st is not None and self.recycle and model not in self._spare:
+                self._spare[model] = (st.manifest.path, st.arena)
+                st = None
         if st is not None:
             _unlink(st.manifest.path)
+            self._paths.discard(st.manifest.path)
 
     def _staged_version(self, model: str, version: int) -> _Version:
         with self._lock:
@@ -269,6 +286,7 @@ class HostStore:
                  else self._versions.get(model, {}).get(version))
             live = {x.manifest.path for d in self._versions.values() for x in d.values()}
             live |= {x.manifest.path for x in self._staged.values()}
+            live |= {p for p, _ in self._spare.values()}
         if v is None:
             raise StateError(f"GPS host {self.host}: {model} v{version} is not "
                              f"{'being written' if staged else 'stored'}")
@@ -297,8 +315,11 @@ class HostStore:
         for n in [n for n, v in self._versions[model].items()
                   if n != latest and v.readers == 0]:
             v = self._versions[model].pop(n)
-            _unlink(v.manifest.path)
-            self._paths.discard(v.manifest.path)
+            if self.recycle and model not in self._spare:
+                self._spare[model] = (v.manifest.path, v.arena)
+            else:
+                _unlink(v.manifest.path)
+                self._paths.discard(v.manifest.path)
 
     def close(self) -> None:
         """Removes every arena file of this store."""
@@ -308,8 +329,11 @@ class HostStore:
             self._versions = {m: {} for m in self.models}
             self._staged.clear()
             self._latest.clear()
+            self._spare.clear()
         for v in vs:
             _unlink(v.manifest.path)
+        _unlink_all(self._paths)
+        self._paths.clear()
 
 
 def _unlink(path: str) -> None:

@@ -78,9 +78,10 @@ class ShmTransport(Transport):
     name = "shm"
 
     def __init__(self, threads: int = 2) -> None:
-        # One mapping per (host, model): the version read last. A mapping keeps an unlinked
-        # arena's memory alive, so older ones are dropped as soon as a newer one is read.
-        self._arenas: dict[tuple[int, str], tuple[str, dict]] = {}
+        # Up to two mappings per (host, model): the arenas read last (a host alternates
+        # between two when it recycles). A mapping keeps an unlinked arena's memory alive,
+        # so older ones are dropped.
+        self._arenas: dict[tuple[int, str], dict[str, dict]] = {}
         self.threads = max(1, threads)
         self._pool = (concurrent.futures.ThreadPoolExecutor(self.threads,
                                                             thread_name_prefix="gps-shm")
@@ -88,9 +89,10 @@ class ShmTransport(Transport):
 
     def _views(self, manifest: Manifest, cache: bool = True) -> dict:
         key = (manifest.host, manifest.model)
-        hit = self._arenas.get(key)
-        if hit is not None and hit[0] == manifest.path:
-            return hit[1]
+        cached = self._arenas.setdefault(key, {})
+        hit = cached.get(manifest.path)
+        if hit is not None:
+            return hit
         try:
             arena = map_arena(manifest.path, manifest.nbytes)
         except RuntimeError as e:
@@ -99,7 +101,9 @@ class ShmTransport(Transport):
                              f"for the shared-memory path") from e
         views = manifest.views(arena)
         if cache:
-            self._arenas[key] = (manifest.path, views)
+            cached[manifest.path] = views
+            while len(cached) > 2:
+                cached.pop(next(iter(cached)))
         return views
 
     @staticmethod
@@ -136,7 +140,7 @@ class ShmTransport(Transport):
                     raise _mismatch("read", t, got, want)
 
     def write(self, host, manifest, transfers, src, verify=False):
-        views = self._views(manifest, cache=False)
+        views = self._views(manifest)
         pairs = [(views[(t.param, t.shard)][t.shard_box], src[t.param][t.target_box])
                  for t in transfers]
         self._copy_all(pairs)

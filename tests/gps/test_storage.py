@@ -36,7 +36,21 @@ def test_a_committed_version_replaces_the_old_one_and_drops_it_once_unpinned(sto
     assert float(store.tensors("policy", 0)[("a", 0)].sum()) == 24.0
     store.release("policy", pinned.version)
     assert store.versions("policy") == [1]
-    assert not os.path.exists(m0.path) and os.path.exists(m1.path)
+    # The dropped arena is kept as the next Write's staging area, then reused.
+    assert os.path.exists(m0.path) and os.path.exists(m1.path)
+    m2 = install(store, "policy", 2, 3.0)
+    assert m2.path == m0.path and store.versions("policy") == [2]
+    assert (store.tensors("policy", 2)[("a", 0)] == 3.0).all()
+
+
+def test_without_recycling_a_dropped_version_is_unlinked():
+    s = HostStore(0, plan_storage([M], 1, 10**6), {"policy": M}, recycle=False)
+    try:
+        m0 = install(s, "policy", 0, 1.0)
+        install(s, "policy", 1, 2.0)
+        assert s.versions("policy") == [1] and not os.path.exists(m0.path)
+    finally:
+        s.close()
 
 
 def test_the_genrm_may_be_loaded_once_but_never_written(store):
