@@ -120,12 +120,16 @@ def _save(model, tok, out: Path) -> None:
 
 
 def build_models(cache_dir: str | os.PathLike[str] | None = None,
-                 cfg: BuildConfig = BuildConfig()) -> dict[str, Any]:
-    """Trains the tokenizer and both models, saves them, and returns the manifest."""
+                 cfg: BuildConfig = BuildConfig(), threads: int = 2) -> dict[str, Any]:
+    """Trains the tokenizer and both models, saves them, and returns the manifest.
+
+    ``threads`` (torch threads while building) is not part of the config hash: it changes
+    the floating-point summation order, not the recipe.
+    """
     t_start = time.perf_counter()
     p = paths(cache_dir)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(cfg.threads)
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
     try:
         torch.manual_seed(cfg.task.seed)
         problems = training_problems(cfg.task, max(cfg.policy_examples, cfg.genrm_examples),
@@ -157,17 +161,18 @@ def build_models(cache_dir: str | os.PathLike[str] | None = None,
             shutil.rmtree(p.tokenizer)
         tok.save_pretrained(p.tokenizer)
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(old_threads)
     manifest = {"digest": cfg.digest(), "config": cfg.to_dict(), "results": results,
+                "threads": threads,
                 "build_seconds": round(time.perf_counter() - t_start, 1)}
     (p.policy.parent / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str))
     return manifest
 
 
 def ensure_models(cache_dir: str | os.PathLike[str] | None = None,
-                  cfg: BuildConfig = BuildConfig()) -> ModelPaths:
+                  cfg: BuildConfig = BuildConfig(), threads: int = 2) -> ModelPaths:
     """The model folders, built first if missing or built from another config."""
     if not is_built(cache_dir, cfg):
         logger.info("building tiny models into %s", paths(cache_dir).policy.parent)
-        build_models(cache_dir, cfg)
+        build_models(cache_dir, cfg, threads)
     return paths(cache_dir)

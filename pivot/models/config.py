@@ -45,7 +45,6 @@ class BuildConfig:
         policy_examples / genrm_examples: SFT set sizes.
         policy_sft / genrm_sft: SFT schedules.
         genrm_eval_pairs: held-out (problem, candidate) pairs for the GenRM's correlation.
-        threads: torch threads during the build.
     """
 
     task: MathTaskConfig = MathTaskConfig()
@@ -54,10 +53,9 @@ class BuildConfig:
     tokenizer_corpus: int = 3000
     policy_examples: int = 20_000
     genrm_examples: int = 20_000
-    policy_sft: SFTConfig = SFTConfig(steps=400, batch_size=64, lr=5e-3, seed=1)
-    genrm_sft: SFTConfig = SFTConfig(steps=400, batch_size=64, lr=5e-3, seed=2)
+    policy_sft: SFTConfig = SFTConfig(steps=500, batch_size=32, lr=5e-3, seed=1)
+    genrm_sft: SFTConfig = SFTConfig(steps=400, batch_size=32, lr=5e-3, seed=2)
     genrm_eval_pairs: int = 300
-    threads: int = 2
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
