@@ -166,7 +166,7 @@ class RLLoop:
             finally:
                 self.control.set_busy(False)
             version = self.wf.trained()
-            pm = await asyncio.to_thread(self.trainer.publish, version)
+            pm = self.trainer.publish(version)  # on the loop's thread: it touches the schedulers
             now = self.clock()
             rows = [t for g in groups for t in g.trajectories]
             m = {"step": step + 1, "version": version, "time_s": now - t_start,
