@@ -20,6 +20,7 @@ import os
 import statistics
 import time
 
+import numpy as np
 import torch
 
 from pivot.gps.layout import ParallelLayout, plan_storage, qwen3_model
@@ -78,6 +79,7 @@ def bench_transfers(repeats: int) -> dict:
         # Interleaved rounds, so the baseline and GPS see the same load from other jobs.
         ops = {
             "memcpy_preallocated": lambda: dst.copy_(src),
+            "memcpy_numpy_1thread": lambda: np.copyto(dst.numpy(), src.numpy()),
             "memcpy_fresh": lambda: torch.empty_like(src).copy_(src),
             "read_tp2_into_out": lambda: gps.read("policy", (0, 1), lay, out=out),
             "read_tp1_into_out": lambda: gps.read("policy", (0,), lay1, out=out1),
@@ -94,6 +96,8 @@ def bench_transfers(repeats: int) -> dict:
                                           times["read_tp2_into_out"])]
         res["read_fraction_of_memcpy_per_round"] = ratio
         res["read_fraction_of_memcpy"] = statistics.median(ratio)
+        res["read_fraction_of_numpy_memcpy"] = statistics.median(
+            [a / b for a, b in zip(times["memcpy_numpy_1thread"], times["read_tp2_into_out"])])
         res["read_fresh_fraction_of_memcpy_fresh"] = statistics.median(
             [a / b for a, b in zip(times["memcpy_fresh"], times["read_tp2_fresh"])])
         res["write_fraction_of_memcpy"] = statistics.median(
@@ -169,21 +173,26 @@ def bench_planning(repeats: int) -> dict:
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     t0 = time.time()
-    results = {"planning": bench_planning(repeats=5), "transfers": bench_transfers(repeats=5)}
+    logger.info("load average at start: %s (2 cores; other jobs make timings noisy)",
+                os.getloadavg())
+    results = {"loadavg_at_start": os.getloadavg(), "planning": bench_planning(repeats=7),
+               "transfers": bench_transfers(repeats=5)}
     results["wall_s"] = time.time() - t0
+    results["loadavg_at_end"] = os.getloadavg()
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
     with open(OUT, "w") as f:
         json.dump(results, f, indent=2)
     tr, pl = results["transfers"], results["planning"]
     print(f"model {tr['model_bytes'] / 1e9:.2f} GB, {tr['model_tensors']} tensors")
-    for k in ("memcpy_preallocated", "memcpy_fresh", "write_tp2", "write_tp2_verify",
+    for k in ("memcpy_preallocated", "memcpy_numpy_1thread", "memcpy_fresh", "write_tp2", "write_tp2_verify",
               "read_tp2_fresh", "read_tp2_into_out", "read_tp2_into_out_verify",
               "read_tp1_into_out", "read_tp2_monarch_path", "read_tp2_nixl_path",
               "read_tp1_nixl_path", "write_tp2_nixl_path"):
         print(f"  {k:28s} best {tr[k]['best_GBps']:6.2f} GB/s  median "
               f"{tr[k]['median_GBps']:6.2f} GB/s")
     print(f"  median over rounds of read / memcpy (into out): "
-          f"{tr['read_fraction_of_memcpy']:.2f}   "
+          f"{tr['read_fraction_of_memcpy']:.2f} (of 1-thread numpy memcpy: "
+          f"{tr['read_fraction_of_numpy_memcpy']:.2f})   "
           f"read / memcpy (fresh): {tr['read_fresh_fraction_of_memcpy_fresh']:.2f}   "
           f"write / memcpy: {tr['write_fraction_of_memcpy']:.2f}")
     for name in ("sharded_k16", "sharded_k4", "replicated_k1"):
