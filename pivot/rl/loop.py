@@ -187,7 +187,8 @@ class RLLoop:
             self.on_step(m)
             if (self.run_dir is not None and self.cfg.checkpoint_every
                     and version % self.cfg.checkpoint_every == 0):
-                await asyncio.to_thread(self.save_checkpoint)
+                state = self.checkpoint_state()  # taken on the loop's thread: consistent
+                await asyncio.to_thread(checkpoint.save, self.run_dir, version, state)
 
     # ------------------------------------------------------------------ running
     async def _main(self) -> None:
@@ -225,10 +226,13 @@ class RLLoop:
     def save_checkpoint(self) -> Path:
         if self.run_dir is None:
             raise StateError("save_checkpoint: the loop has no run_dir")
-        state = {"workflow": self.wf.state(), "trainer": self.trainer.state(),
-                 "allocation": self.control.allocation(), "history": self.history,
-                 "tokens": self.tokens}
-        return checkpoint.save(self.run_dir, self.wf.version, state)
+        return checkpoint.save(self.run_dir, self.wf.version, self.checkpoint_state())
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        import copy
+        return copy.deepcopy({"workflow": self.wf.state(), "trainer": self.trainer.state(),
+                              "allocation": self.control.allocation(),
+                              "history": self.history, "tokens": self.tokens})
 
     # ------------------------------------------------------------------ helpers
     def _submit_rollout(self, trajs) -> None:
