@@ -79,7 +79,7 @@ def test_a_run_stopped_and_resumed_continues_at_the_same_step_with_the_same_data
     # rollouts of later steps were in flight: the replay buffer holds finished ones
     state = checkpoint.load(checkpoint.latest(tmp_path))
     assert state["workflow"]["version"] == 2
-    assert state["workflow"]["released"] == 5
+    assert 3 <= state["workflow"]["released"] <= 2 + 2 + 1
     assert any(t["reward"] is not None for t in state["workflow"]["trajectories"])
     assert state["allocation"] == {"rollout": 2, "reward": 1, "training": 1}
 
