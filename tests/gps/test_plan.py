@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 
 from pivot.errors import ConfigError
 from pivot.gps.layout import ParallelLayout, param_stage, plan_storage, qwen3_model
-from pivot.gps.plan import Link, LinkProfile, Planner, water_fill
+from pivot.gps.greedy import water_fill
+from pivot.gps.plan import Link, LinkProfile, Planner
 
 from conftest import setups, storage_with_k
 
