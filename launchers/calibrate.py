@@ -93,8 +93,8 @@ def calibrate(bindings: list[str] | None = None, gin_file: str = GIN, iters: int
     p = d.group.policy.active_params_b
     upd = cal.fit_mfu(verl.update_s, 6.0, p, tokens, verl.training_devices)
     lp = cal.fit_mfu(verl.old_logprob_s, 2.0, p, tokens, verl.training_devices)
-    fitted += [f"TrainingProfile.update_mfu = {upd:.4f}",
-               f"TrainingProfile.logprob_mfu = {lp:.4f}"]
+    fitted += [f"TrainingProfile.update_mfu = {upd!r}",
+               f"TrainingProfile.logprob_mfu = {lp!r}"]
     shift = cal.fit_shift_cost(ShiftCost())
     fitted += [f"ShiftCost.{k} = {getattr(shift, k):.4f}" for k in
                ("inference_read_gbs", "inference_up_s", "training_read_gbs", "training_up_s")]

@@ -2,8 +2,10 @@
 
     python launchers/experiments/fig9.py [--seeds 3] [--steps 5] [--prompts 32]
 
-Writes results/sim/fig9.json (mean, std per cell and PivotRL's speedups); the plot is
-analysis/plot_fig9.py. Splits are table 4's (the split search is not run here).
+First searches each baseline's best static split (app. E / table 4; ``pivot.sim.search``)
+with one seed and ``--search_steps`` steps, then runs the chosen splits with every seed.
+Writes results/sim/fig9.json (mean, std per cell, PivotRL's speedups, the chosen splits
+and every split tried); the plot is analysis/plot_fig9.py.
 """
 
 from __future__ import annotations
@@ -13,26 +15,14 @@ import json
 import statistics
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-GROUPS = ["qwen1.5b_glm9b", "qwen7b_30b", "qwen32b_30b", "qwen72b_122b"]
+from launchers.experiments.simrun import GROUPS, run_many, search, wandb_log  # noqa: E402
+
 DEPS = ["colocated", "disaggregated", "rr_colocated", "pivotrl"]
-
-
-def one(args):
-    group, dep, seed, steps, prompts = args
-    import os
-    os.chdir(ROOT)
-    from pivot.config import gin_setup
-    gin_setup.parse([f"gin/{group}.gin", f"gin/deployments/{dep}.gin"],
-                    [f"SimDriver.seed = {seed}", f"SimDriver.steps = {steps}",
-                     f"ModelGroup.prompts_per_step = {prompts}"])
-    r = gin_setup.build().run()
-    return r.to_dict()
 
 
 def main() -> None:
@@ -40,32 +30,71 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--prompts", type=int, default=32)
+    p.add_argument("--search_steps", type=int, default=5)
+    p.add_argument("--no_search", action="store_true", help="use table 4's splits")
+    p.add_argument("--groups", nargs="*", default=GROUPS)
     p.add_argument("--workers", type=int, default=2)
     a = p.parse_args()
-    jobs = [(g, d, s, a.steps, a.prompts) for g in GROUPS for d in DEPS for s in range(a.seeds)]
     t0 = time.perf_counter()
-    with ProcessPoolExecutor(a.workers) as ex:
-        runs = list(ex.map(one, jobs))
+    splits, searches = {}, {}
+    base = [f"ModelGroup.prompts_per_step = {a.prompts}"]
+    for g in a.groups:
+        for d in DEPS[1:]:
+            if a.no_search:
+                splits[(g, d)] = []
+                continue
+            res = search(g, d, base + ["SimDriver.seed = 0",
+                                       f"SimDriver.steps = {a.search_steps}"], a.workers)
+            splits[(g, d)] = res.best.bindings()
+            searches[f"{g}/{d}"] = res.to_dict()
+            print(f"{g} {d}: best split {res.best} ({res.best_throughput:.0f} tok/s, "
+                  f"{len(res.tried)} tried)", flush=True)
+        splits[(g, "colocated")] = []
+    t_search = time.perf_counter() - t0
+    jobs = [(g, d, tuple(base + splits[(g, d)] + [f"SimDriver.seed = {s}",
+                                                   f"SimDriver.steps = {a.steps}"]), False)
+            for g in a.groups for d in DEPS for s in range(a.seeds)]
+    runs = run_many(jobs, a.workers)
     wall = time.perf_counter() - t0
     table = {}
-    for g in GROUPS:
+    for g in a.groups:
         row = {}
         for d in DEPS:
-            xs = [r["throughput"] for r in runs if r["group"] == g and r["deployment"] == d]
-            row[d] = {"mean": statistics.mean(xs), "std": statistics.pstdev(xs), "runs": xs}
+            rs = [r for r in runs if r["group"] == g and r["deployment"] == d]
+            xs = [r["throughput"] for r in rs]
+            row[d] = {"mean": statistics.mean(xs), "std": statistics.pstdev(xs), "runs": xs,
+                      "split": list(rs[0]["split"]) + [rs[0]["train_steps"] and
+                                                       _train_devices(rs[0])],
+                      "step_time": statistics.mean(r["step_time"] for r in rs)}
         for d in DEPS[:-1]:
             row[f"speedup_over_{d}"] = row["pivotrl"]["mean"] / row[d]["mean"]
         table[g] = row
-    ev = sum(r["events"] for r in runs) / sum(r["wall_s"] for r in runs)
-    out = {"settings": vars(a), "wall_s": wall, "events_per_s": ev, "table": table,
-           "runs": runs}
-    Path("results/sim").mkdir(parents=True, exist_ok=True)
+    events = sum(r["events"] for r in runs)
+    sim_wall = sum(r["wall_s"] for r in runs)
+    out = {"settings": vars(a), "wall_s": wall, "search_wall_s": t_search,
+           "events": events, "events_per_s": events / sim_wall, "table": table,
+           "searches": searches, "runs": runs}
+    (ROOT / "results/sim").mkdir(parents=True, exist_ok=True)
     (ROOT / "results/sim/fig9.json").write_text(json.dumps(out, indent=1))
-    for g in GROUPS:
+    for r in runs:
+        wandb_log(f"fig9_{r['group']}_{r['deployment']}_s{r['seed']}",
+                  {"bindings": r["bindings"], "group": r["group"],
+                   "deployment": r["deployment"], "seed": r["seed"]},
+                  {k: r[k] for k in ("throughput", "step_time", "shifts", "events_per_s")},
+                  group="fig9")
+    for g in a.groups:
         r = table[g]
         print(g, "  ".join(f"{d}={r[d]['mean']:.0f}±{r[d]['std']:.0f}" for d in DEPS),
               "  speedup:", "  ".join(f"{d}={r['speedup_over_' + d]:.2f}x" for d in DEPS[:-1]))
-    print(f"wall {wall:.0f} s, {ev:.0f} events/s")
+    print(f"wall {wall:.0f} s (search {t_search:.0f} s), {out['events_per_s']:.0f} events/s")
+
+
+def _train_devices(r: dict) -> int:
+    """Training devices of a run (from its bindings, else the group's default)."""
+    for b in r["bindings"]:
+        if b.startswith("TrainingProfile.devices"):
+            return int(b.split("=")[1])
+    return -1
 
 
 if __name__ == "__main__":

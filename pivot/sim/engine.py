@@ -165,6 +165,8 @@ class SimCluster:
                 stats.dispatch_s += self.dispatch_action_s
                 if a.resume:
                     stats.reprefill_s += cost
+                if rep.num_tokens > rep.kv_capacity:
+                    self.sync(a.replica_id)
                 self._reschedule(a.replica_id)
             else:
                 raise StateError(f"unknown action {a!r}")
@@ -183,6 +185,11 @@ class SimCluster:
         """Advances ``rid`` to now, finishing sequences that reached their length and
         preempting on KV overflow, until its next event lies in the future."""
         rep = self.replicas[rid]
+        # a dispatch on the scheduler's (lagging) view of lengths may over-admit; the
+        # engine would not hold it, so the newest sequences go back at once
+        while rep.num_tokens > rep.kv_capacity and rep.num_seqs:
+            self.events += 1
+            self._preempt(rid)
         while True:
             done, overflow = rep.advance(self.now)
             if not done and not overflow:
@@ -197,12 +204,19 @@ class SimCluster:
                     self._finished(rep.role, sid)
                 self._dirty.add(rep.role)
             if overflow and rep.num_seqs:
-                sched.update_lengths(rid, rep.lengths())
-                victim = rep.newest()
-                length = rep.remove(victim, self.now)
-                sched.abort(rid, victim)
-                sched.seqs[victim].generated_len = length - sched.seqs[victim].prompt_len
-                self._dirty.add(rep.role)
+                self._preempt(rid)
+
+    def _preempt(self, rid: str) -> None:
+        """KV overflow: the newest sequence goes back to the queue with its tokens
+        (vLLM's recompute preemption)."""
+        rep = self.replicas[rid]
+        sched = self.schedulers[rep.role]
+        sched.update_lengths(rid, rep.lengths())
+        victim = rep.newest()
+        length = rep.remove(victim, self.now)
+        sched.abort(rid, victim)
+        sched.seqs[victim].generated_len = length - sched.seqs[victim].prompt_len
+        self._dirty.add(rep.role)
 
     def _finished(self, role: Role, sid: int) -> None:
         if role is Role.ROLLOUT:

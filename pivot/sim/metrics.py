@@ -47,7 +47,8 @@ class SimResult:
     rollout_end: list = field(default_factory=list)
     """[step, virtual time its last response finished]."""
     training_phases: dict = field(default_factory=dict)
-    """Seconds of each training phase of one step (``TrainingProfile.phase_seconds``)."""
+    """Seconds of each training phase of a mean step (``TrainingProfile.phase_seconds``
+    of the mean batch tokens)."""
 
     def to_dict(self, trace: bool = False) -> dict:
         d = asdict(self)
@@ -135,4 +136,5 @@ class Tracer:
             shift_log=self.shifts, train_steps=[list(s) for s in steps],
             rollout_end=sorted([k, v] for k, v in c.rollout_end.items()),
             training_phases=g.training.phase_seconds(
-                g.policy, wf.step_tokens[wf.steps - 1], driver.train_needed))
+                g.policy, sum(wf.step_tokens.values()) / len(wf.step_tokens),
+                driver.train_needed))

@@ -143,9 +143,11 @@ class SimReplica:
             self.time = max(self.time, until)
             return [], False
         start = max(self.time, self.busy_until)
+        k_ev, overflow = self._steps_to_event()
+        if overflow and k_ev == 0:
+            return [], True  # no room for one more step: preempt now, not at an event
         if until <= start:
             return [], False
-        k_ev, overflow = self._steps_to_event()
         if start + self._span(k_ev) <= until + 1e-9:
             k = k_ev
         else:

@@ -1,0 +1,71 @@
+"""Fig. 11: shift-strategy ablation (disaggregated, static, rule-based, PivotRL) and
+component ablation (vanilla, + throughput model, + migration = full) for
+Qwen2.5-1.5B & GLM-Z1-9B and Qwen2.5-7B & Qwen3-30B-A3B; throughput relative to
+disaggregated.
+
+    python launchers/experiments/fig11.py [--seeds 3] [--steps 5] [--prompts 32]
+
+The static and rule-based strategies start from the disaggregated split (chosen in
+results/sim/fig9.json when present, else table 4). Writes results/sim/fig11.json; the
+plot is analysis/plot_fig11.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from launchers.experiments.simrun import chosen_split, run_many, wandb_log  # noqa: E402
+
+GROUPS = ["qwen1.5b_glm9b", "qwen7b_30b"]
+STRATEGIES = ["disaggregated", "static", "rule_based", "pivotrl"]
+COMPONENTS = ["vanilla", "throughput_model", "full"]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--prompts", type=int, default=32)
+    a = p.parse_args()
+    deps = STRATEGIES + COMPONENTS
+    jobs = []
+    for g in GROUPS:
+        for d in deps:
+            src = "disaggregated" if d in ("static", "rule_based") else (
+                "pivotrl" if d in COMPONENTS else d)
+            for s in range(a.seeds):
+                jobs.append((g, d, tuple([f"ModelGroup.prompts_per_step = {a.prompts}",
+                                          f"SimDriver.steps = {a.steps}", f"SimDriver.seed = {s}"]
+                                         + chosen_split(g, src)), False))
+    runs = run_many(jobs)
+    table = {}
+    for g in GROUPS:
+        row = {}
+        for d in deps:
+            xs = [r["throughput"] for r in runs if r["group"] == g and r["deployment"] == d]
+            sh = [r["shifts_per_step"] for r in runs
+                  if r["group"] == g and r["deployment"] == d]
+            row[d] = {"mean": statistics.mean(xs), "std": statistics.pstdev(xs),
+                      "shifts_per_step": statistics.mean(sh)}
+        base = row["disaggregated"]["mean"]
+        for d in deps:
+            row[d]["over_disaggregated"] = row[d]["mean"] / base
+        table[g] = row
+        print(g, "  ".join(f"{d}={row[d]['over_disaggregated']:.2f}x" for d in deps))
+    (ROOT / "results/sim/fig11.json").write_text(json.dumps(
+        {"settings": vars(a), "table": table}, indent=1))
+    for g, row in table.items():
+        wandb_log(f"fig11_{g}", {"group": g},
+                  {f"{d}/over_disaggregated": v["over_disaggregated"] for d, v in row.items()},
+                  group="fig11")
+
+
+if __name__ == "__main__":
+    main()

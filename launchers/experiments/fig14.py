@@ -1,0 +1,52 @@
+"""Fig. 14: PivotRL's throughput and shifts per step against the horizon H (sec. 7.3),
+Qwen2.5-7B & Qwen3-30B-A3B.
+
+    python launchers/experiments/fig14.py [--seeds 3] [--steps 5] [--prompts 32]
+
+Writes results/sim/fig14.json; the plot is analysis/plot_fig14.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from launchers.experiments.simrun import chosen_split, run_many, wandb_log  # noqa: E402
+
+GROUP = "qwen7b_30b"
+HS = [0.01, 5, 30, 60, 90, 120, 600]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--prompts", type=int, default=32)
+    a = p.parse_args()
+    jobs = [(GROUP, "pivotrl", tuple([f"ModelGroup.prompts_per_step = {a.prompts}",
+                                      f"SimDriver.steps = {a.steps}", f"SimDriver.seed = {s}",
+                                      f"PivotPlanner.H = {float(h)}"]
+                                     + chosen_split(GROUP, "pivotrl")), False)
+            for h in HS for s in range(a.seeds)]
+    runs = run_many(jobs)
+    rows = []
+    for i, h in enumerate(HS):
+        rs = runs[i * a.seeds:(i + 1) * a.seeds]
+        rows.append({"H": h, "throughput": statistics.mean(r["throughput"] for r in rs),
+                     "std": statistics.pstdev(r["throughput"] for r in rs),
+                     "shifts_per_step": statistics.mean(r["shifts_per_step"] for r in rs)})
+        print(f"H={h:<6} {rows[-1]['throughput']:8.0f} tok/s  "
+              f"{rows[-1]['shifts_per_step']:.1f} shifts/step")
+        wandb_log(f"fig14_H{h}", {"H": h}, rows[-1], group="fig14")
+    (ROOT / "results/sim/fig14.json").write_text(json.dumps(
+        {"group": GROUP, "settings": vars(a), "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+"""Shared helpers of the simulated experiments: one run from gin, a process pool, the
+split search on a model group (``pivot.sim.search``), and offline wandb logging."""
+
+from __future__ import annotations
+
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+GROUPS = ["qwen1.5b_glm9b", "qwen7b_30b", "qwen32b_30b", "qwen72b_122b"]
+SEARCHED = {"disaggregated": dict(free_reward=True),
+            "rule_based": dict(free_reward=True),
+            "static": dict(free_reward=True),
+            "rr_colocated": dict(free_reward=False, shared=True),
+            "pivotrl": dict(free_reward=False, shared=True, pivot_initial=True)}
+"""Deployments with a split to search and the coordinates that are free (app. E)."""
+
+
+def dep_file(dep: str) -> str:
+    path = ROOT / "gin/deployments" / f"{dep}.gin"
+    return str(path.relative_to(ROOT)) if path.is_file() else f"gin/strategies/{dep}.gin"
+
+
+def run_one(job: tuple) -> dict:
+    """(group, deployment, bindings, trace) -> the run's result dict (a worker)."""
+    group, dep, bindings, trace = job
+    os.chdir(ROOT)
+    from pivot.config import gin_setup
+    gin_setup.parse([f"gin/{group}.gin", dep_file(dep)], list(bindings))
+    driver = gin_setup.build()
+    res = driver.run().to_dict(trace=trace)
+    res["bindings"] = list(bindings)
+    return res
+
+
+def run_many(jobs: list[tuple], workers: int = 2) -> list[dict]:
+    if workers <= 1:
+        return [run_one(j) for j in jobs]
+    with ProcessPoolExecutor(workers) as ex:
+        return list(ex.map(run_one, jobs))
+
+
+def split_space(group: str, dep: str):
+    """The admissible splits of a group (replica sizes from its gin file)."""
+    os.chdir(ROOT)
+    from pivot.config import gin_setup
+    from pivot.sim.search import Split, SplitSpace
+    gin_setup.parse([f"gin/{group}.gin", dep_file(dep)], [])
+    d = gin_setup.build()
+    g = d.group
+    space = SplitSpace(g.devices, g.policy.devices, (g.genrm or g.policy).devices,
+                       g.devices_per_host, **SEARCHED[dep])
+    start = Split(d.split[0], d.split[1], d.train_needed)
+    return space, start
+
+
+def search(group: str, dep: str, base: list[str], workers: int = 2, rounds: int = 2):
+    """Coordinate split search for one group and deployment; evaluates the candidates
+    of each coordinate sweep in parallel."""
+    from pivot.sim import search as S
+    space, start = split_space(group, dep)
+
+    class Batched:
+        """Evaluates a sweep's splits together so that the pool stays busy."""
+
+        def __init__(self) -> None:
+            self.cache: dict = {}
+
+        def __call__(self, split) -> float:
+            if split not in self.cache:
+                self.cache[split] = run_one((group, dep, tuple(base + split.bindings()),
+                                             False))["throughput"]
+            return self.cache[split]
+
+        def prefetch(self, splits) -> None:
+            todo = [s for s in dict.fromkeys(splits) if s is not None and s not in self.cache]
+            for s, r in zip(todo, run_many([(group, dep, tuple(base + s.bindings()), False)
+                                            for s in todo], workers)):
+                self.cache[s] = r["throughput"]
+
+    ev = Batched()
+    ev.prefetch(_candidates(space, start))
+    return S.search_split(space, start, ev, rounds=rounds)
+
+
+def _candidates(space, start) -> list:
+    """The first round's sweeps (prefetched in parallel)."""
+    cur = space.make(start.reward, start.training)
+    out = [cur] + [space.make(cur.reward, t) for t in space.training_values()]
+    if space.free_reward:
+        share = cur.reward / max(1, space.devices - cur.training)
+        out += [space.make(max(space.reward_size, int(round(share * (space.devices - t)
+                                                             / space.reward_size))
+                               * space.reward_size), t) for t in space.training_values()]
+        out += [space.make(r, cur.training) for r in space.reward_values(cur.training)]
+    return out
+
+
+def wandb_log(name: str, config: dict, metrics: dict, group: str | None = None) -> None:
+    """One offline wandb run per experiment record (WANDB_MODE is respected)."""
+    from launchers.common import init_wandb
+    run_dir = ROOT / "runs" / "wandb"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    wb = init_wandb(run_dir, name=name, config_str=config.get("gin", ""), group=group)
+    if wb is None:
+        return
+    wb.config.update({k: v for k, v in config.items() if k != "gin"},
+                     allow_val_change=True)
+    wb.log({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
+    wb.finish()
+
+
+def chosen_split(group: str, dep: str) -> list[str]:
+    """Bindings of the split fig. 9's search chose (results/sim/fig9.json), else []
+    (table 4's split from the group's gin file)."""
+    import json
+    path = ROOT / "results/sim/fig9.json"
+    if not path.is_file():
+        return []
+    found = json.loads(path.read_text()).get("searches", {}).get(f"{group}/{dep}")
+    if not found:
+        return []
+    from pivot.sim.search import Split
+    return Split(*found["best"]).bindings()

@@ -1,0 +1,25 @@
+"""The split search returns the best split it tried, and only admissible splits."""
+
+from pivot.sim.search import Split, SplitSpace, search_split
+
+
+def test_returns_the_best_of_the_splits_it_tried():
+    space = SplitSpace(32, rollout_size=1, reward_size=4, host=8)
+    # a throughput peaked at reward 8, training 16 (unknown to the search)
+    def f(s: Split) -> float:
+        return 1000 - abs(s.reward - 8) * 10 - abs(s.training - 16) * 7 + s.rollout * 0.1
+
+    res = search_split(space, Split(12, 12, 8), f)
+    assert res.best_throughput == max(res.tried.values())
+    assert res.tried[res.best] == f(res.best)
+    assert res.best == Split(8, 8, 16)
+    for s in res.tried:
+        assert s.rollout + s.reward + s.training == 32
+        assert s.reward % 4 == 0 and s.training % 8 == 0 and s.rollout >= 1
+
+
+def test_shared_pool_searches_training_only():
+    space = SplitSpace(64, 4, 4, host=8, free_reward=False, shared=True, pivot_initial=True)
+    res = search_split(space, Split(32, 32, 32), lambda s: -abs(s.training - 24))
+    assert res.best.training == 24
+    assert {s.reward for s in res.tried} == {32}
