@@ -148,7 +148,9 @@ class SimDriver:
         plan = self.planner.plan(snap)
         self.tracer.planner_call(time.perf_counter() - t0,
                                  getattr(self.planner, "last_timings", {}), plan is not None)
-        if plan is not None:
+        if plan is not None and not plan.up_devices:
+            self._release(plan)
+        elif plan is not None:
             report = self.executor.execute(plan)
             self.tracer.shift(self.clock.now, plan, report)
             c._dirty.update(INFERENCE_ROLES)
@@ -181,6 +183,18 @@ class SimDriver:
             f"{wf.batch_ready()}). A role with work has no devices or training cannot get "
             f"{self.train_needed} devices: fix Deployment.rollout_devices / reward_devices / "
             f"training_devices or the planner binding")
+
+    def _release(self, plan: ShiftPlan) -> None:
+        """A release-only plan (the rule-based strategy's shift down to the idle pool):
+        ``ShiftExecutor.validate`` rejects plans with nothing to shift up, so the driver
+        migrates the donors' sequences (alg. 3) and shifts them down itself."""
+        for d in plan.down:
+            if d.role in INFERENCE_ROLES:
+                self.cluster.apply(self.schedulers[d.role].shift_down([d.replica_id]))
+                self.shifter.shift_down(d.replica_id, None)
+        self.tracer.shifts.append({"time": self.clock.now, "up_role": "idle", "num_up": 0,
+                                   "num_down": len(plan.down), "reason": plan.reason})
+        self.cluster._dirty.update(INFERENCE_ROLES)
 
     def _release_training(self) -> None:
         tr = self.cluster.training
