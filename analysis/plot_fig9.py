@@ -1,4 +1,5 @@
-"""Draws fig. 9 (end-to-end throughput per deployment and group) from results/sim/fig9.json."""
+"""Draws fig. 9 (end-to-end throughput per deployment and group, with each bar's
+rollout/reward/training split) from results/sim/fig9.json."""
 
 import json
 import sys
@@ -22,6 +23,11 @@ def main(path: str = "results/sim/fig9.json") -> None:
         ax.set_xticks(range(len(deps)), [d.replace("_", "\n") for d in deps], fontsize=7)
         ax.set_title(g, fontsize=9)
         ax.set_ylabel("K tokens/s")
+        for i, d in enumerate(deps):
+            sp = row[d].get("split")
+            if sp:
+                ax.text(i, 0, "/".join(str(x) for x in sp), ha="center", va="bottom",
+                        fontsize=5, rotation=90, color="white")
         for i, d in enumerate(deps[:-1]):
             ax.text(i, means[i], f"({row['speedup_over_' + d]:.2f}x)", ha="center",
                     va="bottom", fontsize=7)
