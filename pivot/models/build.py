@@ -29,8 +29,9 @@ from transformers import GenerationConfig, Qwen3ForCausalLM
 from pivot.data.dataset import training_problems, validation_problems
 from pivot.models.config import BuildConfig, qwen3_config
 from pivot.models.evaluate import GenRMEval, PolicyEval, greedy_generate, pearson
-from pivot.models.examples import (candidate_response, genrm_example, policy_example,
-                                   policy_prompt)
+from pivot.data.arithmetic import Problem
+from pivot.models.examples import (Example, candidate_response, genrm_example, judged_example,
+                                   policy_example, policy_prompt)
 from pivot.models.sft import train_sft
 from pivot.models.tokenizer import train_tokenizer
 from pivot.rewards.genrm import build_genrm_prompt, parse_genrm_score
@@ -91,22 +92,48 @@ def evaluate_policy(model, tok, cfg: BuildConfig) -> PolicyEval:
                       / len(outs), by_level)
 
 
-def evaluate_genrm(model, tok, cfg: BuildConfig) -> GenRMEval:
-    """Pearson r of the GenRM's score and correctness on held-out (validation) problems."""
-    rng = random.Random(cfg.task.seed + 7)
-    val = validation_problems(cfg.task)
-    probs = [val[i % len(val)] for i in range(cfg.genrm_eval_pairs)]
-    responses = [candidate_response(rng, p) for p in probs]
+def judge_responses(model, tok, problems: list[Problem], responses: list[str]) -> GenRMEval:
+    """Pearson r of the GenRM's score and the verifiable correctness of ``responses``."""
     outs = greedy_generate(model, tok, [build_genrm_prompt(p.question, r)
-                                        for p, r in zip(probs, responses)], GENRM_MAX_NEW_TOKENS)
+                                        for p, r in zip(problems, responses)],
+                           GENRM_MAX_NEW_TOKENS)
     parsed = [parse_genrm_score(o) for o in outs]
-    correct = [float(is_correct(r, str(p.answer))) for r, p in zip(responses, probs)]
+    correct = [float(is_correct(r, str(p.answer))) for r, p in zip(responses, problems)]
     scores = [s.score for s in parsed]
     right = [s for s, c in zip(scores, correct) if c]
     wrong = [s for s, c in zip(scores, correct) if not c]
     return GenRMEval(pearson(scores, correct), sum(s.ok for s in parsed) / len(parsed),
                      sum(right) / max(1, len(right)), sum(wrong) / max(1, len(wrong)),
                      len(parsed))
+
+
+def evaluate_genrm(model, tok, cfg: BuildConfig, policy=None) -> dict[str, Any]:
+    """The GenRM on held-out (validation) problems: on synthetic candidates and, given the
+    policy, on the policy's own greedy responses (the pairs it will judge in RL)."""
+    rng = random.Random(cfg.task.seed + 7)
+    val = validation_problems(cfg.task)
+    probs = [val[i % len(val)] for i in range(cfg.genrm_eval_pairs)]
+    out = {"synthetic": asdict(judge_responses(
+        model, tok, probs, [candidate_response(rng, p) for p in probs]))}
+    if policy is not None:
+        responses = greedy_generate(policy, tok, [policy_prompt(p) for p in val],
+                                    POLICY_MAX_NEW_TOKENS)
+        out["policy_outputs"] = asdict(judge_responses(model, tok, val, responses))
+    return out
+
+
+def genrm_examples(cfg: BuildConfig, problems: list[Problem], policy, tok) -> list[Example]:
+    """The GenRM's SFT set: synthetic candidates, plus (when ``policy`` is given) the
+    policy's own greedy responses, whose near misses synthetic noise does not cover."""
+    rng = random.Random(cfg.task.seed + 3)
+    n_pol = cfg.genrm_policy_candidates if policy is not None else 0
+    synth = [genrm_example(rng, q) for q in problems[:cfg.genrm_examples - n_pol]]
+    own = problems[cfg.genrm_examples - n_pol:cfg.genrm_examples]
+    if not own:
+        return synth
+    responses = greedy_generate(policy, tok, [policy_prompt(q) for q in own],
+                                POLICY_MAX_NEW_TOKENS)
+    return synth + [judged_example(q, r) for q, r in zip(own, responses)]
 
 
 def _save(model, tok, out: Path) -> None:
@@ -134,29 +161,33 @@ def build_models(cache_dir: str | os.PathLike[str] | None = None,
         torch.manual_seed(cfg.task.seed)
         problems = training_problems(cfg.task, max(cfg.policy_examples, cfg.genrm_examples),
                                      offset=10**6)  # an offset no RL stream starts near
-        rng = random.Random(cfg.task.seed + 3)
         pol = [policy_example(q) for q in problems[:cfg.policy_examples]]
-        gen = [genrm_example(rng, q) for q in problems[:cfg.genrm_examples]]
         n = cfg.tokenizer_corpus
-        tok = train_tokenizer([e.prompt + e.target for e in pol[:n] + gen[:n]], cfg.vocab_size,
+        corpus = genrm_examples(cfg, problems[:n], None, None)
+        tok = train_tokenizer([e.prompt + e.target for e in pol[:n] + corpus], cfg.vocab_size,
                               cfg.arch.max_position_embeddings)
         mcfg = qwen3_config(cfg.arch, len(tok), tok.bos_token_id, tok.eos_token_id,
                             tok.pad_token_id)
         results: dict[str, Any] = {"vocab": len(tok)}
-        for name, examples, sft, out in (("policy", pol, cfg.policy_sft, p.policy),
-                                         ("genrm", gen, cfg.genrm_sft, p.genrm)):
+
+        def train(name: str, examples: list[Example], sft) -> Qwen3ForCausalLM:
             torch.manual_seed(sft.seed)
             model = Qwen3ForCausalLM(mcfg)
             t0 = time.perf_counter()
             losses = train_sft(model, tok, examples, sft)
-            ev = evaluate_policy(model, tok, cfg) if name == "policy" else \
-                evaluate_genrm(model, tok, cfg)
             results[name] = {"params": sum(x.numel() for x in model.parameters()),
                              "sft_seconds": round(time.perf_counter() - t0, 1),
-                             "final_loss": round(sum(losses[-10:]) / len(losses[-10:]), 4),
-                             **asdict(ev)}
-            logger.info("%s: %s", name, results[name])
-            _save(model, tok, out)
+                             "final_loss": round(sum(losses[-10:]) / len(losses[-10:]), 4)}
+            return model
+
+        policy = train("policy", pol, cfg.policy_sft)
+        results["policy"].update(asdict(evaluate_policy(policy, tok, cfg)))
+        logger.info("policy: %s", results["policy"])
+        _save(policy, tok, p.policy)
+        genrm = train("genrm", genrm_examples(cfg, problems, policy, tok), cfg.genrm_sft)
+        results["genrm"].update(evaluate_genrm(genrm, tok, cfg, policy))
+        logger.info("genrm: %s", results["genrm"])
+        _save(genrm, tok, p.genrm)
         if p.tokenizer.exists():
             shutil.rmtree(p.tokenizer)
         tok.save_pretrained(p.tokenizer)

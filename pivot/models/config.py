@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from transformers import Qwen3Config
 
@@ -44,6 +44,8 @@ class BuildConfig:
         tokenizer_corpus: examples of each kind used to train the tokenizer.
         policy_examples / genrm_examples: SFT set sizes.
         policy_sft / genrm_sft: SFT schedules.
+        genrm_policy_candidates: how many of the GenRM's examples judge the trained
+            policy's own greedy responses (the rest judge synthetic candidates).
         genrm_eval_pairs: held-out (problem, candidate) pairs for the GenRM's correlation.
     """
 
@@ -55,6 +57,7 @@ class BuildConfig:
     genrm_examples: int = 20_000
     policy_sft: SFTConfig = SFTConfig(steps=500, batch_size=32, lr=5e-3, seed=1)
     genrm_sft: SFTConfig = SFTConfig(steps=400, batch_size=32, lr=5e-3, seed=2)
+    genrm_policy_candidates: int = 6000
     genrm_eval_pairs: int = 300
 
     def to_dict(self) -> dict:

@@ -84,7 +84,11 @@ def judge_score(problem: Problem, response: str) -> tuple[list[str], int]:
     return [check, f"Given: {value}", "Wrong."], max(0, 3 - int(math.log2(off)))
 
 
-def genrm_example(rng: random.Random, problem: Problem) -> Example:
-    response = candidate_response(rng, problem)
+def judged_example(problem: Problem, response: str) -> Example:
+    """The GenRM example for ``response``, labelled by the reference judgement."""
     lines, score = judge_score(problem, response)
     return Example(build_genrm_prompt(problem.question, response), format_judgement(lines, score))
+
+
+def genrm_example(rng: random.Random, problem: Problem) -> Example:
+    return judged_example(problem, candidate_response(rng, problem))

@@ -14,6 +14,7 @@ TINY = BuildConfig(
                     intermediate_size=128),
     vocab_size=300, tokenizer_corpus=200, policy_examples=200, genrm_examples=200,
     policy_sft=SFTConfig(steps=3, batch_size=8), genrm_sft=SFTConfig(steps=3, batch_size=8),
+    genrm_policy_candidates=50,
     genrm_eval_pairs=16)
 
 LOAD_AND_GENERATE = """
