@@ -128,6 +128,9 @@ def counter_ids() -> Callable[[Role], str]:
 class ShiftExecutor:
     """Carries out shift plans through ports.
 
+    A plan with donors but no shift-up groups is a release (the rule-based strategy's
+    shift down to the idle pool): it runs the migrate-down and shift-down stages only.
+
     Args:
         shifter: the runtime's shifter (device map + slot backend).
         schedulers: the scheduler of each inference role.
@@ -162,7 +165,9 @@ class ShiftExecutor:
                 if d.role is None:
                     continue
                 t0 = clock()
-                res = self.shifter.shift_down(d.replica_id, plan.up_role)
+                # A plan with no shift-up group only releases its donors to the idle pool.
+                res = self.shifter.shift_down(d.replica_id,
+                                              plan.up_role if plan.up_devices else None)
                 report.down.append(ShiftRecord("down", d.role, d.replica_id, d.devices,
                                                res.phases, clock() - t0))
             report.stage_s[stage] = clock() - t
@@ -200,8 +205,9 @@ class ShiftExecutor:
         """Checks ``plan`` against the device map; returns the donors with training's
         replica id filled in. Raises StateError naming the donor, field and fix."""
         dm = self.shifter.device_map
-        if not plan.up_devices:
-            raise StateError("ShiftPlan.up_devices is empty; a plan must shift something up")
+        if not plan.up_devices and not any(d.role is not None for d in plan.down):
+            raise StateError("ShiftPlan has no shift-up devices and no donor to release; a "
+                             "plan must shift something up or release a replica to idle")
         if plan.up_role is Role.TRAINING and len(plan.up_devices) != 1:
             raise StateError(f"ShiftPlan.up_devices has {len(plan.up_devices)} groups for "
                              f"training; training shifts up as one group (sec. 5.2)")

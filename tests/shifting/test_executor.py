@@ -110,12 +110,21 @@ def test_training_shifts_down_as_a_whole_and_needs_no_scheduler_call():
     assert dm.replicas(Role.TRAINING) == {}
 
 
+def test_a_release_plan_shifts_its_donor_down_to_idle_and_shifts_nothing_up():
+    ex, rec, dm, _, _ = setup()
+    plan = ShiftPlan(Role.ROLLOUT, (ShiftDown(Role.ROLLOUT, "ro-a", (0,)),), ())
+    report = ex.execute(plan)
+    assert "ro-a" not in dm.replicas() and 0 in dm.devices_in(SlotKind.IDLE)
+    assert report.up == [] and report.new_replicas == []
+    assert not any(c.startswith("backend.up") for c in rec.calls)
+
+
 @pytest.mark.parametrize("plan,match", [
     (ShiftPlan(Role.REWARD, (ShiftDown(Role.ROLLOUT, "ro-a", (0, 1)),), ((0,),)),
      "donor rollout replica ro-a with devices \\[0, 1\\] does not match"),
     (ShiftPlan(Role.REWARD, (ShiftDown(Role.ROLLOUT, "ro-a", (0,)),), ((0, 1),)),
      "devices \\[1\\] are neither idle nor freed"),
-    (ShiftPlan(Role.REWARD, (), ()), "up_devices is empty"),
+    (ShiftPlan(Role.REWARD, (), ()), "no shift-up devices and no donor"),
     (ShiftPlan(Role.TRAINING, (ShiftDown(None, None, (5,)),), ((5,), (5,))),
      "training shifts up as one group"),
     (ShiftPlan(Role.REWARD, (ShiftDown(None, None, (4,)),), ((4,),)),
