@@ -1,0 +1,1 @@
+"""Reliability: the invariant checker, fault injectors and the simulated soak runner."""

@@ -1,0 +1,199 @@
+"""The control plane's invariants, checked from its state alone (reliability issue).
+
+``check_state`` is pure: it reads a ``ControlState`` (the schedulers, the device map, the
+RL workflow's version counters, and optionally what the engines say they run) and returns
+every violation it finds, never repairing anything. ``PrefixLedger`` is the one piece with
+memory: it remembers the longest prefix each live sequence has had, so a resumed sequence
+whose tokens (or, in the simulator, length) fall behind it is caught.
+
+Invariants:
+    I1 no sequence lost or duplicated: the live sequences of each role are exactly the
+       expected ones, each either waiting or running on exactly one replica;
+    I2 staleness: released rollout steps - policy version <= staleness + 1;
+    I3 a device in one role at a time: every replica's devices are active in the device map
+       under that replica, no device in two replicas, lost devices in none;
+    I4 KV capacity: no replica (scheduler view or engine) holds more tokens than it can;
+    I5 prefix: a resumed sequence keeps its prefix (lengths never shrink; token ids extend).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from pivot.errors import PivotError, StateError
+from pivot.scheduler.scheduler import ShiftAwareScheduler
+from pivot.shifting.device_map import DeviceMap
+from pivot.shifting.role_shift import SlotKind
+from pivot.types import Role, SequenceState
+
+
+class InvariantError(PivotError, AssertionError):
+    """An invariant of the control plane was violated; ``violations`` lists each one."""
+
+    def __init__(self, violations: list[str]):
+        super().__init__("; ".join(violations[:5]) + (f" (+{len(violations) - 5} more)"
+                                                       if len(violations) > 5 else ""))
+        self.violations = violations
+
+
+@dataclass(frozen=True, slots=True)
+class EngineReplica:
+    """What an engine (simulated or real) says one replica runs."""
+
+    role: Role
+    devices: tuple[int, ...]
+    kv_capacity: int
+    lengths: Mapping[int, int]
+    """Sequence id -> true current length (prompt + generated) on the engine."""
+
+
+@dataclass(frozen=True, slots=True)
+class ControlState:
+    """Everything the checker reads at one instant.
+
+    Attributes:
+        schedulers: the inference roles' schedulers.
+        device_map: the device map.
+        version / released / staleness: policy version, rollout steps released, bound.
+        expected_live: role -> sequence ids that must be live (submitted, not finished);
+            None skips I1's ledger part.
+        engines: replica id -> what its engine runs; None skips the engine cross-check.
+        training_devices: devices training holds.
+    """
+
+    schedulers: Mapping[Role, ShiftAwareScheduler]
+    device_map: DeviceMap
+    version: int
+    released: int
+    staleness: int
+    expected_live: Mapping[Role, set[int]] | None = None
+    engines: Mapping[str, EngineReplica] | None = None
+    training_devices: tuple[int, ...] = ()
+
+
+def check_state(s: ControlState) -> list[str]:
+    """Returns every violated invariant as a message (empty: all hold)."""
+    out: list[str] = []
+    out += _sequences(s)
+    if s.released - s.version > s.staleness + 1:
+        out.append(f"I2 staleness: {s.released} steps released at policy version {s.version} "
+                   f"exceeds staleness {s.staleness}")
+    out += _devices(s)
+    out += _engines(s)
+    return out
+
+
+def _sequences(s: ControlState) -> list[str]:
+    out: list[str] = []
+    seen: dict[int, Role] = {}
+    for role, sched in s.schedulers.items():
+        try:
+            sched.check()
+        except StateError as e:
+            out.append(f"I1/I4 {role.value} scheduler: {e}")
+        for sid in sched.seqs:
+            if sid in seen:
+                out.append(f"I1 sequence {sid} is live in both {seen[sid].value} and "
+                           f"{role.value}")
+            seen[sid] = role
+        if s.expected_live is not None:
+            want = s.expected_live.get(role, set())
+            have = set(sched.seqs)
+            lost, extra = sorted(want - have), sorted(have - want)
+            if lost:
+                out.append(f"I1 {role.value}: sequences {lost[:10]} lost ({len(lost)})")
+            if extra:
+                out.append(f"I1 {role.value}: sequences {extra[:10]} unexpected or "
+                           f"duplicated ({len(extra)})")
+    return out
+
+
+def _devices(s: ControlState) -> list[str]:
+    out: list[str] = []
+    dm = s.device_map
+    owner: dict[int, str] = {}
+    claims = [(f"training", d) for d in s.training_devices]
+    for role, sched in s.schedulers.items():
+        for rid, v in sched.replicas.items():
+            claims += [(rid, d) for d in v.devices]
+            for d in v.devices:
+                st = dm.state(d)
+                if st.kind is not SlotKind.ACTIVE or st.replica_id != rid or st.role is not role:
+                    out.append(f"I3 device {d} of {role.value} replica {rid} is "
+                               f"{st.describe()} in the device map")
+    for who, d in claims:
+        if d in owner:
+            out.append(f"I3 device {d} held by both {owner[d]} and {who}")
+        owner[d] = who
+        if dm.state(d).kind is SlotKind.LOST:
+            out.append(f"I3 lost device {d} is held by {who}")
+    active = {d for d in range(dm.num_devices) if dm.state(d).kind is SlotKind.ACTIVE}
+    orphan = sorted(active - set(owner))
+    if orphan:
+        out.append(f"I3 devices {orphan[:10]} are active in the device map but no replica "
+                   f"or training holds them")
+    return out
+
+
+def _engines(s: ControlState) -> list[str]:
+    if s.engines is None:
+        return []
+    out: list[str] = []
+    views = {rid: v for sched in s.schedulers.values() for rid, v in sched.replicas.items()}
+    if set(views) != set(s.engines):
+        out.append(f"I3 scheduler replicas {sorted(set(views) - set(s.engines))[:5]} have no "
+                   f"engine; engines {sorted(set(s.engines) - set(views))[:5]} no view")
+    for rid, eng in s.engines.items():
+        used = sum(eng.lengths.values())
+        if used > eng.kv_capacity:
+            out.append(f"I4 engine {rid}: {used} KV tokens exceed capacity {eng.kv_capacity}")
+        v = views.get(rid)
+        if v is None:
+            continue
+        if set(v.running) != set(eng.lengths):
+            out.append(f"I1 replica {rid}: scheduler runs {sorted(v.running)[:5]}, engine "
+                       f"{sorted(eng.lengths)[:5]}")
+        for sid, n in v.running.items():
+            if sid in eng.lengths and eng.lengths[sid] < n:
+                out.append(f"I5 sequence {sid} on {rid}: engine length {eng.lengths[sid]} "
+                           f"< recorded {n}")
+    return out
+
+
+@dataclass
+class PrefixLedger:
+    """Remembers each live sequence's longest prefix (length, and token ids when known)."""
+
+    lengths: dict[int, int] = field(default_factory=dict)
+    tokens: dict[int, list[int]] = field(default_factory=dict)
+    checks: int = 0
+
+    def observe(self, seqs: Mapping[int, SequenceState]) -> list[str]:
+        """Checks ``seqs`` (all live sequences) against their prefixes; then records them.
+        Sequences no longer live are forgotten (they finished)."""
+        out: list[str] = []
+        for sid, seq in seqs.items():
+            self.checks += 1
+            old = self.lengths.get(sid, 0)
+            if seq.generated_len < old:
+                out.append(f"I5 sequence {sid}: generated {seq.generated_len} tokens, fewer "
+                           f"than the {old} it had before (prefix lost)")
+            self.lengths[sid] = max(old, seq.generated_len)
+            if seq.generated_tokens is not None:
+                prev = self.tokens.get(sid, [])
+                if seq.generated_tokens[:len(prev)] != prev:
+                    out.append(f"I5 sequence {sid}: token ids do not extend their prefix of "
+                               f"{len(prev)} tokens")
+                if len(seq.generated_tokens) >= len(prev):
+                    self.tokens[sid] = list(seq.generated_tokens)
+        for sid in set(self.lengths) - set(seqs):
+            del self.lengths[sid]
+            self.tokens.pop(sid, None)
+        return out
+
+
+def raise_if(violations: list[str]) -> None:
+    """Raises InvariantError when ``violations`` is not empty."""
+    if violations:
+        raise InvariantError(violations)
