@@ -183,7 +183,7 @@ class SimReplica:
         out = []
         while self._heap and self._heap[0][0] <= self.steps:
             fs, sid = heapq.heappop(self._heap)
-            if self.finish_step.get(sid) == fs:
+            if self.finish_step.get(sid) == fs and sid not in out:  # re-admitted: 2 entries
                 out.append(sid)
         return out
 
