@@ -146,3 +146,24 @@ class ReplicaKiller:
 
     def lost_now(self, driver) -> int:
         return len(driver.device_map.devices_in(SlotKind.LOST))
+
+
+@dataclass
+class FlakyBackend:
+    """Wraps a ``SlotBackend``: a shift up fails (raises) with probability ``rate`` before any
+    slot work, as when a slot's process dies mid-shift. The ``Shifter`` then marks the
+    devices LOST and the executor raises ``ShiftError``; the caller goes on."""
+
+    inner: object
+    rng: np.random.Generator
+    rate: float = 0.02
+    failed: int = 0
+
+    def shift_down(self, role, replica_id, devices):
+        return self.inner.shift_down(role, replica_id, devices)
+
+    def shift_up(self, role, replica_id, devices):
+        if role is not Role.TRAINING and self.rng.random() < self.rate:
+            self.failed += 1
+            raise RuntimeError(f"injected: slot process of {replica_id} died during shift up")
+        return self.inner.shift_up(role, replica_id, devices)

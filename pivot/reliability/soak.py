@@ -21,7 +21,9 @@ import gin
 import numpy as np
 
 from pivot.config import gin_setup
-from pivot.reliability.injectors import ForcedShiftPlanner, ReplicaKiller
+from pivot.reliability.injectors import FlakyBackend, ForcedShiftPlanner, ReplicaKiller
+from pivot.shifting.role_shift import SlotKind
+from pivot.shifting.shifter import ShiftError
 from pivot.reliability.invariants import PrefixLedger, check_state, raise_if
 from pivot.reliability.sim_state import expected_live, sim_state
 from pivot.sim.engine import REPLICA, TICK, TRAIN_DONE, TRAIN_START
@@ -53,6 +55,8 @@ class SoakConfig:
     n: int = 4
     response_median: int = 300
     judge_median: int = 200
+    shift_fail_rate: float = 0.02
+    """Probability that an inference shift up fails midway (its devices become LOST)."""
     check_every: int = 1
     max_wall_s: float = 900.0
 
@@ -61,6 +65,7 @@ class SoakConfig:
 class SoakReport:
     devices: int
     shift_plans: int = 0
+    failed_shifts: int = 0
     replica_shifts: int = 0
     events: int = 0
     invariant_checks: int = 0
@@ -108,6 +113,9 @@ def run_soak(cfg: SoakConfig) -> SoakReport:
     c, wf = driver.cluster, driver.workflow
     killer = ReplicaKiller(np.random.default_rng(cfg.seed + 2), cfg.kill_rate, cfg.down_s)
     ledger = PrefixLedger()
+    flaky = FlakyBackend(driver.shifter.backend, np.random.default_rng(cfg.seed + 3),
+                         cfg.shift_fail_rate)
+    driver.shifter.backend = flaky
     rep = SoakReport(cfg.devices)
     wall0 = time.perf_counter()
     for seq in wf.release():
@@ -141,7 +149,17 @@ def run_soak(cfg: SoakConfig) -> SoakReport:
                 killer.maybe_recover(driver)
                 killer.maybe_kill(driver)
             before = len(driver.device_map.events)
-            driver._tick()
+            lost0 = set(driver.device_map.devices_in(SlotKind.LOST))
+            try:
+                driver._tick()
+            except ShiftError as e:  # injected mid-shift failure: devices LOST, go on
+                rep.failed_shifts += 1
+                new = set(driver.device_map.devices_in(SlotKind.LOST)) - lost0
+                killer.pending.append((driver.clock.now + cfg.down_s, tuple(sorted(new))))
+                adopt_orphans(driver, e.report)
+                c._dirty.update(INFERENCE_ROLES)
+                c.maybe_start_training()
+                log.info("shift failed (injected): %s", e)
             moved = _replica_shifts(driver.device_map.events[before:])
             if moved:
                 rep.shift_plans += 1
@@ -151,6 +169,8 @@ def run_soak(cfg: SoakConfig) -> SoakReport:
                 draining = True
                 wf.steps = wf.released  # release nothing more; drain what is live
                 driver.planner = _DrainPlanner(driver.planner)
+                flaky.rate = 0.0
+            if draining:
                 killer.maybe_recover(driver)
         elif kind == TRAIN_START:
             c.maybe_start_training()
@@ -162,8 +182,9 @@ def run_soak(cfg: SoakConfig) -> SoakReport:
         if rep.events % cfg.check_every == 0:
             check()
     check()
-    rep.faults_injected, rep.devices_recovered = killer.killed, killer.recovered
-    rep.faults_survived = killer.killed if not rep.violations else 0
+    rep.faults_injected = killer.killed + flaky.failed
+    rep.devices_recovered = killer.recovered
+    rep.faults_survived = rep.faults_injected if not rep.violations and wf.done else 0
     rep.sequences_requeued_by_faults = killer.requeued
     rep.prefix_checks = ledger.checks
     live = expected_live(wf)
@@ -181,6 +202,17 @@ def run_soak(cfg: SoakConfig) -> SoakReport:
                                  "p99": float(np.quantile(r, 0.99)), "max": float(r.max()),
                                  "n": int(r.size)}
     return rep
+
+
+def adopt_orphans(driver, report) -> int:
+    """After a ShiftError in the shift-up stage, the replicas that did come up are active in
+    the device map and the backend but unknown to the scheduler (the executor stops before
+    ``migrate_up``); hand them to the scheduler so their devices are used. Returns how many."""
+    if report is None or report.failed_stage != "shift_up" or not report.new_replicas:
+        return 0
+    sched = driver.schedulers[report.up_role]
+    driver.cluster.apply(sched.shift_up(list(report.new_replicas)))
+    return len(report.new_replicas)
 
 
 def _replica_shifts(events) -> int:
