@@ -91,6 +91,8 @@ class ReplicaKiller:
     recover_s: list[float] = field(default_factory=list)
     """Virtual seconds from each kill until its requeued sequences all run again."""
     waiting: list[tuple[float, Role, set[int]]] = field(default_factory=list)
+    handle_wall_s: list[float] = field(default_factory=list)
+    """Wall seconds the control plane spent handling each kill (requeue, re-dispatch)."""
 
     def maybe_kill(self, driver) -> str | None:
         if self.rng.random() >= self.rate:
@@ -106,6 +108,8 @@ class ReplicaKiller:
     def kill(self, driver, rid: str) -> str:
         """The replica's process died: no engine to ask; its tokens are what the driver
         recorded last (the scheduler's lengths)."""
+        import time
+        t0 = time.perf_counter()
         c, dm = driver.cluster, driver.device_map
         rep = c.replicas.pop(rid)
         c._next.pop(rid, None)
@@ -115,6 +119,7 @@ class ReplicaKiller:
         c.apply(dispatches)
         c._dirty.add(rep.role)
         self.killed += 1
+        self.handle_wall_s.append(time.perf_counter() - t0)
         self.requeued += len(lost)
         self.pending.append((c.now + self.down_s, rep.devices))
         self.waiting.append((c.now, rep.role, set(lost)))

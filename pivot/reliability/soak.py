@@ -81,6 +81,9 @@ class SoakReport:
     virtual_s: float = 0.0
     wall_s: float = 0.0
     recover_virtual_s: dict[str, float] = field(default_factory=dict)
+    """Virtual seconds from a kill until all its requeued sequences run again."""
+    kill_handle_wall_s: dict[str, float] = field(default_factory=dict)
+    """Wall seconds the control plane spent on each kill (lose_replica, mark_lost, apply)."""
     violations: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -201,6 +204,10 @@ def run_soak(cfg: SoakConfig) -> SoakReport:
         rep.recover_virtual_s = {"mean": float(r.mean()), "p50": float(np.median(r)),
                                  "p99": float(np.quantile(r, 0.99)), "max": float(r.max()),
                                  "n": int(r.size)}
+    if killer.handle_wall_s:
+        r = np.array(killer.handle_wall_s)
+        rep.kill_handle_wall_s = {"mean": float(r.mean()), "max": float(r.max()),
+                                  "n": int(r.size)}
     return rep
 
 
