@@ -121,3 +121,20 @@ def test_stats_report_running_and_kv_use(engine, weights):
     assert st.last_step_s > 0
     engine.abort(range(1000, 1000 + len(PROMPTS)))
     assert engine.stats().running == 0
+
+
+def test_a_tied_head_model_shifted_down_and_up_serves_transformers_greedy(engine, weights, hf):
+    """Tied embeddings (Qwen3 tiny models): HF checkpoints and GPS Reads omit
+    ``lm_head.weight``, so the shift up must repack the head from the reloaded embedding;
+    twice, so a second round trip serves the second weights too."""
+    for state in weights:
+        state = {k: v for k, v in state.items() if k != "lm_head.weight"}
+        engine.load_weights(state)
+        engine.release()
+        with pytest.raises(StateError, match="shifted down"):
+            engine.submit(GenRequest(950, PROMPTS[0], GREEDY))
+        engine.load_weights(state)
+        engine.reallocate_kv()
+        ref = hf.load(state)
+        assert [r.tokens for r in run_greedy(engine, PROMPTS, 960)] == [
+            ref.greedy(p, N) for p in PROMPTS]

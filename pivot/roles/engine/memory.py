@@ -87,6 +87,52 @@ def drop_packed_linears(model: nn.Module) -> int:
     return n
 
 
+def repack_released_linears(model: nn.Module) -> int:
+    """Rebuilds the packed linear of every layer ``drop_packed_linears`` left released and
+    that the last ``reload_weights`` did not process; returns how many.
+
+    Call it after ``drop_packed_linears`` + ``reload_weights``: vLLM's layerwise reload
+    repacks a layer only when the checkpoint holds its weights. A
+    tied ``lm_head`` (``tie_word_embeddings``: Qwen3 ties the head to ``embed_tokens``,
+    and vLLM skips ``lm_head.weight``) gets no weights, so its old closure would stay: the
+    released one raises on the first logits call, a live one serves the old head. Its weight is the
+    embedding's parameter, which the reload refilled, so repacking it here serves the new
+    weights. Sec. 5.2: parameters are Read back on a shift up, all of them.
+    """
+    n = 0
+    for m in model.modules():
+        if getattr(m, "cpu_linear", None) is not _released_linear:
+            continue
+        weight = getattr(m, "weight", None)
+        if weight is None or weight.numel() == 0:
+            raise StateError(f"{type(m).__name__}: released linear with no weight to "
+                             f"repack (it was not in the loaded state dict)")
+        method = getattr(m, "quant_method", None)
+        if method is not None and hasattr(method, "process_weights_after_loading"):
+            method.process_weights_after_loading(m)
+        else:  # pragma: no cover - every CPU linear in vLLM 0.32 has a quant_method
+            from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+            dispatch_cpu_unquantized_gemm(m, remove_weight=False)
+        if m.cpu_linear is _released_linear:
+            raise StateError(f"{type(m).__name__}: repacking left the linear released")
+        n += 1
+    return n
+
+
+def tied_head_check(model: nn.Module) -> None:
+    """Raises unless a tied ``lm_head`` still shares the embedding's storage."""
+    head = getattr(model, "lm_head", None)
+    emb = getattr(getattr(model, "model", None), "embed_tokens", None)
+    tied = getattr(getattr(model, "config", None), "tie_word_embeddings", False)
+    if head is None or emb is None or not tied:
+        return
+    hw, ew = getattr(head, "weight", None), getattr(emb, "weight", None)
+    if hw is None or ew is None:
+        return
+    if hw.untyped_storage().data_ptr() != ew.untyped_storage().data_ptr():
+        raise StateError("tied lm_head no longer shares embed_tokens' weight after reload")
+
+
 def process_rss(pid: int | str = "self") -> int:
     """Resident bytes of one process (``/proc/<pid>/statm``)."""
     with open(f"/proc/{pid}/statm") as f:

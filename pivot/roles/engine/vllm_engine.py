@@ -24,7 +24,8 @@ import torch
 from pivot.errors import ConfigError, StateError
 from pivot.roles.engine.config import EngineConfig, check_model_dir, configure_process
 from pivot.roles.engine.memory import (StorageSet, drop_packed_linears, kv_storages,
-                                       process_rss, weight_storages)
+                                       process_rss, repack_released_linears,
+                                       tied_head_check, weight_storages)
 from pivot.roles.engine.requests import GenRequest, RequestError, SampleSpec, SeqResult
 
 log = logging.getLogger(__name__)
@@ -231,14 +232,22 @@ class VllmEngine:
             raise StateError(f"load_weights with {len(self.live)} sequences running; abort "
                              f"them first (shift-down migration)")
         t = time.perf_counter()
+        model = self._worker.model_runner.get_model()
         if self._weights is not None:
             self._weights.restore()
+        # every packed linear is stale from here on: the reload rebuilds those it loads,
+        # repack_released_linears the rest (a tied lm_head is never in the state dict)
+        drop_packed_linears(model)
         try:
             self._worker.reload_weights(weights_iterator=iter(
                 (k, v.detach().to(torch.float32)) for k, v in state.items()))
         except (KeyError, AttributeError, AssertionError, RuntimeError, ValueError) as e:
             raise StateError(f"load_weights: the state dict does not fit the engine's "
                              f"model: {type(e).__name__}: {e}") from e
+        repacked = repack_released_linears(model)   # the tied lm_head (no weight of its own)
+        if repacked:
+            log.debug("repacked %d linears the reload left released", repacked)
+        tied_head_check(model)
         self._weights = None
         self.weights_loaded = True
         self.llm.reset_prefix_cache()
