@@ -153,10 +153,16 @@ class WhatIfLoad(LoadArrays):
 
     def abort(self, replica_id: str, which: str | int = "all") -> list[Abort]:
         i = self._index[replica_id]
-        run = self._mut(i)
         if which == "all":
-            targets = list(run)
-        elif which == "shortest":
+            run = self.running(i)
+            for sid, length in run.items():
+                heapq.heappush(self._queue, ((sid, -1), sid, length))
+            out = [Abort(sid, replica_id) for sid in run]
+            self._own[i] = {}
+            self._adjust(i, -len(out), -sum(run.values()))
+            return out
+        run = self._mut(i)
+        if which == "shortest":
             targets = [min(run, key=lambda s: (run[s], s))] if run else []
         else:
             targets = [int(which)]
