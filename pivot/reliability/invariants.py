@@ -111,25 +111,25 @@ def _sequences(s: ControlState) -> list[str]:
 
 def _devices(s: ControlState) -> list[str]:
     out: list[str] = []
-    dm = s.device_map
-    owner: dict[int, str] = {}
-    claims = [(f"training", d) for d in s.training_devices]
+    states = s.device_map.states  # read once: the checker runs after every event
+    owner: dict[int, str] = {d: "training" for d in s.training_devices}
+    if len(owner) != len(s.training_devices):
+        out.append("I3 training lists a device twice")
     for role, sched in s.schedulers.items():
         for rid, v in sched.replicas.items():
-            claims += [(rid, d) for d in v.devices]
             for d in v.devices:
-                st = dm.state(d)
+                if d in owner:
+                    out.append(f"I3 device {d} held by both {owner[d]} and {rid}")
+                owner[d] = rid
+                st = states[d]
                 if st.kind is not SlotKind.ACTIVE or st.replica_id != rid or st.role is not role:
                     out.append(f"I3 device {d} of {role.value} replica {rid} is "
                                f"{st.describe()} in the device map")
-    for who, d in claims:
-        if d in owner:
-            out.append(f"I3 device {d} held by both {owner[d]} and {who}")
-        owner[d] = who
-        if dm.state(d).kind is SlotKind.LOST:
-            out.append(f"I3 lost device {d} is held by {who}")
-    active = {d for d in range(dm.num_devices) if dm.state(d).kind is SlotKind.ACTIVE}
-    orphan = sorted(active - set(owner))
+    for d in s.training_devices:
+        if states[d].kind is SlotKind.LOST:
+            out.append(f"I3 lost device {d} is held by training")
+    orphan = [d for d, st in enumerate(states)
+              if st.kind is SlotKind.ACTIVE and d not in owner]
     if orphan:
         out.append(f"I3 devices {orphan[:10]} are active in the device map but no replica "
                    f"or training holds them")

@@ -118,12 +118,12 @@ def run_soak(cfg: SoakConfig) -> SoakReport:
     ledger = PrefixLedger()
     flaky = FlakyBackend(driver.shifter.backend, np.random.default_rng(cfg.seed + 3),
                          cfg.shift_fail_rate)
-    driver.shifter.backend = flaky
     rep = SoakReport(cfg.devices)
     wall0 = time.perf_counter()
     for seq in wf.release():
         driver.schedulers[Role.ROLLOUT].submit(seq)
     driver._provision()
+    driver.shifter.backend = flaky  # after provisioning: faults hit the run, not its setup
     c._dirty.update(INFERENCE_ROLES)
     c.dispatch_dirty()
     c.push(0.0, TICK)
