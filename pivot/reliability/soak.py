@@ -25,7 +25,7 @@ from pivot.reliability.injectors import FlakyBackend, ForcedShiftPlanner, Replic
 from pivot.shifting.role_shift import SlotKind
 from pivot.shifting.shifter import ShiftError
 from pivot.reliability.invariants import PrefixLedger, check_state, raise_if
-from pivot.reliability.sim_state import expected_live, sim_state
+from pivot.reliability.sim_state import LiveIndex, expected_live, sim_state
 from pivot.sim.engine import REPLICA, TICK, TRAIN_DONE, TRAIN_START
 from pivot.types import INFERENCE_ROLES, Role
 
@@ -116,6 +116,7 @@ def run_soak(cfg: SoakConfig) -> SoakReport:
     c, wf = driver.cluster, driver.workflow
     killer = ReplicaKiller(np.random.default_rng(cfg.seed + 2), cfg.kill_rate, cfg.down_s)
     ledger = PrefixLedger()
+    index = LiveIndex()
     flaky = FlakyBackend(driver.shifter.backend, np.random.default_rng(cfg.seed + 3),
                          cfg.shift_fail_rate)
     rep = SoakReport(cfg.devices)
@@ -131,7 +132,7 @@ def run_soak(cfg: SoakConfig) -> SoakReport:
 
     def check() -> None:
         rep.invariant_checks += 1
-        v = check_state(sim_state(driver))
+        v = check_state(sim_state(driver, index))
         v += ledger.observe({s: q for sc in driver.schedulers.values()
                              for s, q in sc.seqs.items()})
         raise_if(v)
