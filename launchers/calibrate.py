@@ -4,10 +4,11 @@
     python launchers/calibrate.py --gin_param ModelGroup.prompts_per_step=64   # smaller
 
 Fits (``pivot.sim.calibrate``): the response-length median to verl's colocated generation
-(177.85 s), the update / old-log-prob MFUs to 113.81 s + 53.92 s, the shift-up bandwidth and
-fixed constant to fig. 12/13. Then prints the simulator's colocated and disaggregated (64:64)
-step times beside verl's (356.30 s, 150.63 s) with the relative errors, verl's other cluster
-sizes as held-out checks, and the shift-cost comparison.
+(177.85 s), the update / old-log-prob MFU and serial fraction (Amdahl, two parameters per
+phase) by least squares to every verl row's actor update (6 rows) and old log-prob (3
+colocated rows), the shift-up bandwidth and fixed constant to fig. 12/13. Then prints every
+verl row's simulated step and phase times beside verl's with the relative errors, and the
+shift-cost comparison.
 """
 
 from __future__ import annotations
@@ -91,15 +92,18 @@ def calibrate(bindings: list[str] | None = None, gin_file: str = GIN, iters: int
     d, r = simulate(verl, fitted, gin_file, steps)
     tokens = statistics.mean(d.workflow.step_tokens.values())
     p = d.group.policy.active_params_b
-    upd = cal.fit_mfu(verl.update_s, 6.0, p, tokens, verl.training_devices)
-    lp = cal.fit_mfu(verl.old_logprob_s, 2.0, p, tokens, verl.training_devices)
+    pts = cal.training_points()
+    upd, upd_s = cal.fit_amdahl(pts["update"], 6.0 * p * 1e9 * tokens)
+    lp, lp_s = cal.fit_amdahl(pts["logprob"], 2.0 * p * 1e9 * tokens)
     fitted += [f"TrainingProfile.update_mfu = {upd!r}",
-               f"TrainingProfile.logprob_mfu = {lp!r}"]
+               f"TrainingProfile.update_serial = {upd_s!r}",
+               f"TrainingProfile.logprob_mfu = {lp!r}",
+               f"TrainingProfile.logprob_serial = {lp_s!r}"]
     shift = cal.fit_shift_cost(ShiftCost())
     fitted += [f"ShiftCost.{k} = {getattr(shift, k):.4f}" for k in
                ("inference_read_gbs", "inference_up_s", "training_read_gbs", "training_up_s")]
     checks = []
-    for row in (cal.VERL_COLOCATED, cal.VERL_ASYNC) + cal.VERL_HELD_OUT:
+    for row in cal.VERL_ROWS:
         d, r = simulate(row, fitted, gin_file, steps=steps)
         sim = {"step_s": r.step_time, **r.training_phases}
         if row.mode == "colocated":
@@ -109,12 +113,14 @@ def calibrate(bindings: list[str] | None = None, gin_file: str = GIN, iters: int
         errs = {k: cal.rel_err(sim[k], v) for k, v in ref.items() if v and k in sim}
         checks.append({"mode": row.mode, "devices": row.devices,
                        "split": f"{row.rollout_devices}:{row.training_devices}",
-                       "fitted_row": row in (cal.VERL_COLOCATED,), "sim": sim, "verl": ref,
+                       "fitted_row": row is cal.VERL_COLOCATED, "sim": sim, "verl": ref,
                        "rel_err": errs, "events_per_s": r.events_per_s})
     return {"fits": {"response_median": median, "batch_tokens": tokens,
                      "mean_response_tokens": tokens / (d.group.prompts_per_step * d.group.n)
                      - d.group.lengths.prompt_median,
-                     "update_mfu": upd, "logprob_mfu": lp,
+                     "update_mfu": upd, "update_serial": upd_s,
+                     "logprob_mfu": lp, "logprob_serial": lp_s,
+                     "training_points": pts,
                      "shift_cost": {k: getattr(shift, k) for k in
                                     ("inference_read_gbs", "inference_up_s",
                                      "training_read_gbs", "training_up_s", "pcie_gbs",
@@ -126,13 +132,15 @@ def calibrate(bindings: list[str] | None = None, gin_file: str = GIN, iters: int
 def print_report(rep: dict) -> None:
     f = rep["fits"]
     print(f"fitted: response median {f['response_median']:.0f} tokens (mean response "
-          f"~{f['mean_response_tokens']:.0f}), update MFU {f['update_mfu']:.3f}, old-log-prob "
-          f"MFU {f['logprob_mfu']:.3f}")
+          f"~{f['mean_response_tokens']:.0f}); update MFU {f['update_mfu']:.3f} serial "
+          f"{f['update_serial']:.4f}; old-log-prob MFU {f['logprob_mfu']:.3f} serial "
+          f"{f['logprob_serial']:.4f}")
     print("verl DAPO 7B (H20)       quantity       sim (s)   verl (s)  rel. err")
     for c in rep["checks"]:
         tag = f"{c['mode']:<13} {c['devices']:>3} {c['split']:>7}"
         for k, e in c["rel_err"].items():
-            fit = " (fitted)" if c["fitted_row"] and k != "step_s" else ""
+            fit = (" (fitted)" if c["fitted_row"] and k == "gen_s" else
+                   " (in the LSQ fit)" if k in ("update_actor", "old_log_prob") else "")
             print(f"{tag}  {k:<13} {c['sim'][k]:9.1f}  {c['verl'][k]:9.2f}  {e:+8.1%}{fit}")
     s = rep["fits"]["shift_cost"]
     print(f"shift cost fit: inference read {s['inference_read_gbs']:.1f} GB/s + "

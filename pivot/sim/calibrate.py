@@ -4,13 +4,15 @@ Three fits, each to public measurements only (never to the paper's speedups):
 1. ``fit_length_median``: the median response length of verl's DAPO 7B run, so that the
    simulated colocated generation phase takes verl's 177.85 s (the README gives no lengths;
    this is the one free workload parameter, and the implied median is reported).
-2. ``fit_mfu``: the training model's update and old-log-prob MFUs, so that the simulated
-   batch (the fitted lengths' tokens) takes verl's 113.81 s + 53.92 s on 128 H20.
+2. ``fit_amdahl``: the training model's two parameters per phase (MFU and serial
+   fraction, ``TrainingProfile``), by least squares on seconds against 1 / devices over
+   every verl row that reports the phase (actor update: all six rows; old log-prob: the
+   three colocated rows), for the simulated batch (the fitted lengths' tokens).
 3. ``fit_shift_cost``: effective read bandwidth plus a fixed per-shift constant (engine
    re-initialisation: KV cache, CUDA graphs) by least squares on the paper's fig. 12/13
    overheads (sec. 8.5).
-Held out (checked, not fitted): verl's colocated step (356.30 s) and fully async 64:64
-step (150.63 s), verl's 32/64-device rows, fig. 12/13's shift-down bounds.
+Held out (checked, not fitted): every row's step time (e.g. colocated 356.30 s, fully async
+64:64 150.63 s), the 32/64-device rows' generation, fig. 12/13's shift-down bounds.
 """
 
 from __future__ import annotations
@@ -53,8 +55,10 @@ VERL_HELD_OUT = (
     VerlRow("disaggregated", 32, 16, 16, 294.77, None, None, 313.81),
     VerlRow("disaggregated", 64, 32, 32, 189.26, None, None, 156.98),
 )
-"""The same table's other cluster sizes: checks of the training model's 1/devices scaling
-(assuming the same mean lengths in every run, which the table does not state)."""
+"""The same table's other cluster sizes (assuming the same mean lengths in every run, which
+the table does not state)."""
+VERL_ROWS = (VERL_COLOCATED, VERL_ASYNC) + VERL_HELD_OUT
+"""Every row; the training fit uses all of them (``fit_amdahl``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,20 +92,35 @@ def rel_err(sim: float, ref: float) -> float:
 
 
 # ------------------------------------------------------------------------ training
-def fit_mfu(seconds: float, flops_per_param_token: float, active_params_b: float,
-            tokens: float, devices: int) -> float:
-    """MFU that makes ``flops_per_param_token * P * tokens`` take ``seconds`` on
-    ``devices`` H20 (6 for forward + backward, 2 for a forward)."""
-    if seconds <= 0 or tokens <= 0 or devices <= 0:
-        raise ConfigError(f"fit_mfu: seconds, tokens and devices must be > 0, got "
-                          f"{seconds}, {tokens}, {devices}")
-    mfu = (flops_per_param_token * active_params_b * 1e9 * tokens
-           / (devices * H20_BF16_TFLOPS * 1e12 * seconds))
+def fit_amdahl(points: list[tuple[int, float]], flops: float) -> tuple[float, float]:
+    """MFU and serial fraction of ``TrainingProfile.amdahl`` that fit ``points``
+    ((devices, seconds) of one phase whose work is ``flops``) by least squares on
+    seconds = F + b / devices; then mfu = flops / (peak * (F + b)), serial = F / (F + b).
+    F is clamped at >= 0 (then b alone is refitted)."""
+    if len(points) < 2 or len({d for d, _ in points}) < 2:
+        raise ConfigError(f"fit_amdahl: need >= 2 distinct device counts, got {points}")
+    if flops <= 0 or any(d <= 0 or t <= 0 for d, t in points):
+        raise ConfigError(f"fit_amdahl: flops, devices and seconds must be > 0: {points}")
+    x = np.array([1.0 / d for d, _ in points])
+    y = np.array([t for _, t in points])
+    b, f = np.polyfit(x, y, 1)
+    if f < 0:
+        b, f = float(x @ y / (x @ x)), 0.0
+    if b <= 0:
+        raise ConfigError(f"fit_amdahl: seconds do not fall with devices: {points}")
+    mfu = flops / (H20_BF16_TFLOPS * 1e12 * (f + b))
     if not 0 < mfu <= 1:
-        raise ConfigError(f"fit_mfu: the fit gives MFU {mfu:.3f} (outside (0, 1]); the "
-                          f"batch of {tokens:.3g} tokens cannot take {seconds} s. Check "
+        raise ConfigError(f"fit_amdahl: the fit gives MFU {mfu:.3f} (outside (0, 1]); the "
+                          f"batch of {flops:.3g} FLOPs cannot take these seconds. Check "
                           f"LengthModel.response_median in the calibration gin file")
-    return mfu
+    return float(mfu), float(f / (f + b))
+
+
+def training_points(rows=VERL_ROWS) -> dict[str, list[tuple[int, float]]]:
+    """(training devices, seconds) of each phase over the rows that report it."""
+    return {"update": [(r.training_devices, r.update_s) for r in rows],
+            "logprob": [(r.training_devices, r.old_logprob_s) for r in rows
+                        if r.old_logprob_s is not None]}
 
 
 # ------------------------------------------------------------------------ shift cost

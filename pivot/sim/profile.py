@@ -91,23 +91,35 @@ class TrainingProfile:
     """Policy training time per RL step: actor update plus, optionally, the old log-prob
     forward (sec. 8.1; verl's step split).
 
-    update = 6 * active params * tokens / (devices * peak * update_mfu) (forward +
-    backward); old log-prob = 2 * active params * tokens / (devices * peak * logprob_mfu).
-    Both MFUs are fitted to verl's DAPO 7B colocated step on 128 H20 (actor update 113.81 s,
-    old log-prob 53.92 s) by ``launchers/calibrate.py`` (``pivot.sim.calibrate``); the
-    defaults here are that fit's output.
+    Each phase is Amdahl's law on its FLOPs, two parameters per phase:
+
+        seconds = k * P * tokens / (peak * mfu) * (serial + (1 - serial) / devices)
+
+    with k = 6 (update: forward + backward) or 2 (old log-prob: forward), P the active
+    parameters and peak one H20's bf16 FLOP/s. ``serial`` is the fraction of the work that
+    does not shrink with devices (for a fixed workload: a fixed per-step time F plus
+    b / devices, F / (F + b) = serial); ``mfu`` the efficiency of one device doing all of
+    it. Both pairs are fitted by least squares to every verl DAPO 7B row (32/64/128-card
+    colocated, 16/32/64-card fully async trainers; ``pivot.sim.calibrate.VERL_ROWS``) by
+    ``launchers/calibrate.py``. That the serial part scales with FLOPs (rather than being
+    fixed seconds, or scaling with parameters only) is an assumption: verl's rows all
+    train one model on one workload, so they cannot tell these apart.
 
     Attributes:
         devices: training devices (table 4's training column).
-        update_mfu / logprob_mfu: fractions of H20 bf16 peak (fitted).
+        update_mfu / logprob_mfu: efficiency of the work at one device (fitted).
+        update_serial / logprob_serial: Amdahl serial fractions in [0, 1) (fitted; 0 gives
+            the one-parameter model seconds = work / (devices * peak * mfu)).
         old_logprob: whether a step recomputes old log-probs (verl colocated does; verl's
             fully async trainer takes them from the rollout).
         overhead_s: fixed seconds per step (0: the verl split has no separate term).
     """
 
     devices: int
-    update_mfu: float = 0.195
-    logprob_mfu: float = 0.137
+    update_mfu: float = 0.7047
+    logprob_mfu: float = 0.4029
+    update_serial: float = 0.01879
+    logprob_serial: float = 0.01501
     old_logprob: bool = True
     overhead_s: float = 0.0
 
@@ -116,14 +128,24 @@ class TrainingProfile:
             raise ConfigError(f"TrainingProfile: devices must be > 0 and 0 < update_mfu, "
                               f"logprob_mfu <= 1, got devices={self.devices}, update_mfu="
                               f"{self.update_mfu}, logprob_mfu={self.logprob_mfu}")
+        if not (0 <= self.update_serial < 1 and 0 <= self.logprob_serial < 1):
+            raise ConfigError(f"TrainingProfile: update_serial and logprob_serial must be in "
+                              f"[0, 1), got {self.update_serial}, {self.logprob_serial}")
+
+    @staticmethod
+    def amdahl(flops: float, mfu: float, serial: float, devices: int) -> float:
+        """Seconds of ``flops`` on ``devices`` H20 with efficiency ``mfu`` and serial
+        fraction ``serial``."""
+        return flops / (H20_BF16_TFLOPS * 1e12 * mfu) * (serial + (1 - serial) / devices)
 
     def phase_seconds(self, policy: ModelProfile, tokens: int, devices: int) -> dict[str, float]:
         """Seconds of each training phase for a batch of ``tokens`` on ``devices``."""
-        peak = devices * H20_BF16_TFLOPS * 1e12
         flops = policy.active_params_b * 1e9 * tokens
-        out = {"update_actor": 6.0 * flops / (peak * self.update_mfu)}
+        out = {"update_actor": self.amdahl(6.0 * flops, self.update_mfu, self.update_serial,
+                                           devices)}
         if self.old_logprob:
-            out["old_log_prob"] = 2.0 * flops / (peak * self.logprob_mfu)
+            out["old_log_prob"] = self.amdahl(2.0 * flops, self.logprob_mfu,
+                                              self.logprob_serial, devices)
         return out
 
     def step_seconds(self, policy: ModelProfile, tokens: int, devices: int) -> float:
