@@ -52,6 +52,10 @@ class SlotGeneratorContext(GeneratorContext):
     def collect(self) -> dict[int, SeqResult]:
         return self.loop.collect()
 
+    def poll(self) -> tuple[dict[int, SeqResult], dict[int, int]]:
+        """Finished sequences and the running ones' current lengths (one call)."""
+        return self.loop.poll()
+
     def first_tokens(self, seq_ids: list[int], timeout_s: float = 60.0) -> float:
         return self.loop.first_tokens(seq_ids, timeout_s)
 
@@ -143,6 +147,11 @@ class SlotTrainerContext:
         out = self.trainer.forward_backward(batch)
         out.update(self.trainer.optim_step())
         return out
+
+    def reset_optimizer(self) -> None:
+        """Fresh AdamW moments and step counts (a new run on a reused slot)."""
+        self._pending_opt = None
+        self.trainer.optimizer.state.clear()
 
     def optimizer_state(self) -> dict:
         return self.trainer.optimizer.state_dict()

@@ -115,6 +115,7 @@ class LocalTrainer:
         self.pad_id, self.keep_optimizer = pad_id, keep_optimizer
         self.optimizer: dict | None = None
         self._restore_opt: dict | None = None
+        self._fresh = True   # a reused slot keeps the last run's AdamW state: clear it
 
     def ready(self) -> bool:
         return bool(self.control.training_devices())
@@ -125,6 +126,9 @@ class LocalTrainer:
         if self._restore_opt is not None:
             self.ctl.invoke(dev, "set_optimizer_state", state=self._restore_opt)
             self._restore_opt = None
+        elif self._fresh:
+            self.ctl.invoke(dev, "reset_optimizer")
+        self._fresh = False
         t = time.perf_counter()
         m = self.ctl.invoke(dev, "train_step", batch=batch)
         m["trainer/step_s"] = time.perf_counter() - t
@@ -145,3 +149,4 @@ class LocalTrainer:
     def load_state(self, state: dict[str, Any]) -> None:
         self.source.write(POLICY, (0,), None, {0: state["policy"]})
         self._restore_opt = self.optimizer = state.get("optimizer")
+        self._fresh = self._restore_opt is None

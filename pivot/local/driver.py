@@ -86,6 +86,9 @@ class LocalDriver:
         lr: AdamW learning rate of the trainer.
         eval_every: validation accuracy@1 every this many steps (0: only at the end).
         resume: continue from the run folder's latest checkpoint.
+        run_dir: the run folder (metrics.jsonl, allocation_trace.json, checkpoints).
+        stack: a started ``LocalStack`` to reuse (its engines are not restarted; its
+            engine seed is used); None starts and stops one for this run.
     """
 
     def __init__(self, group: LocalGroup = gin.REQUIRED, deployment: Deployment = gin.REQUIRED,
@@ -94,7 +97,7 @@ class LocalDriver:
                  throughput: tuple[float, float, float, float] = (2e-6, 0.012, 6e-4, 0.002),
                  tau_inference: float = 0.5, tau_training: float = 1.0,
                  cpu_share: float = 0.5, lr: float = 1e-5, eval_every: int = 0,
-                 resume: bool = False, run_dir: str | None = None):
+                 resume: bool = False, run_dir: str | None = None, stack=None):
         if steps < 1:
             raise ConfigError(f"LocalDriver.steps must be >= 1, got {steps}")
         group.check()
@@ -104,7 +107,7 @@ class LocalDriver:
         self.tau_inference, self.tau_training = tau_inference, tau_training
         self.cpu_share, self.eval_every, self.resume = cpu_share, eval_every, resume
         self.run_dir = Path(run_dir) if run_dir else None
-        self.policy_dir, self.genrm_dir = group.model_dirs()
+        self.stack, self._own_stack = stack, False
         self.train_needed = 1   # one single-process trainer (no DP across slots here)
         if deployment.training_devices not in (0, -1, 1):
             raise ConfigError(f"Deployment.training_devices={deployment.training_devices}: "
@@ -122,52 +125,24 @@ class LocalDriver:
 
     # ------------------------------------------------------------------ building
     def _start(self) -> None:
-        import torch
-        from safetensors.torch import load_file
-        from transformers import AutoTokenizer
+        """Starts this run's own stack, or resets the shared one (no engine restarts)."""
+        from pivot.local.stack import LocalStack
 
-        from pivot.gps.actor import GPSActor
-        from pivot.gps.layout import ModelMeta, plan_storage
-        from pivot.local.cgroups import SlotCpuShares
-        from pivot.local.contexts import GeneratorFactory, SlotTrainerContext
-        from pivot.roles.engine.config import EngineConfig
-        from pivot.runtime.gps_source import GPSParameterSource
-        from pivot.runtime.mesh import MeshController
-        from pivot.runtime.provision import spawn_host_service
-
-        g = self.group
-        cache = str(Path("cache").resolve())
-        os.environ.setdefault("TMPDIR", str(Path(cache) / "tmp"))
-        self.tok = AutoTokenizer.from_pretrained(self.policy_dir)
-        states = {}
-        for m, d in ((POLICY, self.policy_dir), (GENRM, self.genrm_dir)):
-            sd = {}
-            for f in sorted(Path(d).glob("*.safetensors")):
-                sd.update(load_file(str(f)))
-            states[m] = {k: v.to(torch.float32) for k, v in sd.items()}
-        metas = {m: ModelMeta.from_state_dict(m, sd) for m, sd in states.items()}
-        storage = plan_storage(list(metas.values()), 1, 1 << 30)
-        gps = spawn_host_service("gps", GPSActor, 0, storage, metas)
-        self.source = GPSParameterSource([gps], metas, storage, (0,) * g.devices)
-        for m, sd in states.items():
-            self.source.gps.load(m, sd)
-        ecfg = EngineConfig(self.policy_dir, max_model_len=512, num_blocks=g.num_blocks,
-                            cache_dir=cache, seed=self.seed)
-        self.kv_capacity = ecfg.kv_capacity
-        cores = os.cpu_count() or 1
-        factories = {r: GeneratorFactory(r, ecfg, self.source, cores) for r in INFERENCE_ROLES}
-        factories[Role.TRAINING] = functools.partial(SlotTrainerContext, self.policy_dir,
-                                                     self.lr, 512, self.seed)
-        t = time.perf_counter()
-        from pivot.runtime.provision import allocate
-        # engine start-up under load takes minutes on 2 shared cores: a long call timeout
-        self.ctl = MeshController(allocate(g.devices), self.source, factories,
-                                  call_timeout_s=900.0)
-        log.info("%d device slots with engines up in %.1f s", g.devices, time.perf_counter() - t)
-        self.shares = SlotCpuShares(self.cpu_share, name=f"pivot{os.getpid()}")
-        self._closers.append(self.shares.close)
-        for d in range(g.devices):
-            self.shares.assign(d, self.ctl.describe(d)["pid"])
+        if self.stack is None:
+            self.stack = LocalStack(self.group, self.seed, self.lr, self.cpu_share).start()
+            self._own_stack = True
+        else:
+            self.stack.fits(self.group, self.lr, self.cpu_share)
+            if not self.stack.started:
+                self.stack.start()
+            elif self.stack.runs or self.stack.ctl.device_map.replicas():
+                self.stack.reset()
+            else:
+                self.stack.runs += 1
+        st = self.stack
+        self.tok, self.source, self.ctl = st.tok, st.source, st.ctl
+        self.kv_capacity, self.shares = st.kv_capacity, st.shares
+        self.policy_dir, self.genrm_dir = st.policy_dir, st.genrm_dir
 
     def _control_plane(self):
         from pivot.local.control import LocalControl, LocalTrainer
@@ -272,6 +247,7 @@ class LocalDriver:
                           {"max_staleness": wf.max_lag_seen,
                            "migration": _mig(self.fleet.migration),
                            "planner_calls": len(self.control.planner_s),
+                           "lengths_fed": self.fleet.lengths_fed,
                            "planner_mean_s": (sum(self.control.planner_s) /
                                               max(len(self.control.planner_s), 1)),
                            "cpu_share": self.cpu_share, "policy_dir": self.policy_dir,
@@ -282,19 +258,17 @@ class LocalDriver:
         return res
 
     def close(self) -> None:
+        """Closes the run's files; stops the stack only if this run started it."""
         for fn in reversed(self._closers):
             try:
                 fn()
             except Exception as e:  # keep closing the rest
                 log.warning("close: %s", e)
         self._closers.clear()
-        if self.ctl is not None:
-            try:
-                self.ctl.stop()
-                self.ctl.alloc.procs.stop().get()
-            except Exception as e:
-                log.warning("close: stopping the slots: %s", e)
-            self.ctl = None
+        if self._own_stack and self.stack is not None:
+            self.stack.close()
+            self.stack = None
+        self.ctl = None
 
 
 def _mig(m) -> dict[str, float]:

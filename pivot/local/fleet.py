@@ -39,6 +39,9 @@ class SlotHandle:
     def collect(self) -> dict[int, SeqResult]:
         return self.ctl.invoke(self.device, "collect")
 
+    def poll(self) -> tuple[dict[int, SeqResult], dict[int, int]]:
+        return self.ctl.invoke(self.device, "poll")
+
     def first_tokens(self, seq_ids: list[int], timeout_s: float = 60.0) -> float:
         return self.ctl.invoke(self.device, "first_tokens", seq_ids=list(seq_ids),
                                timeout_s=timeout_s)
@@ -90,6 +93,7 @@ class Fleet:
         self.responses: list[Response] = []
         self.judgements: list[Judgement] = []
         self.migration = MigrationStats()
+        self.lengths_fed = 0
 
     def _spec(self, seq: SequenceState) -> SampleSpec:
         import dataclasses
@@ -149,7 +153,27 @@ class Fleet:
             else:
                 self.trajs.pop(t.traj_id, None)
                 self.judgements.append(Judgement(t.traj_id, self.decode(res.tokens), processed))
+        self.feed_lengths(self.port.lengths)
         self.dispatch()
+
+    def feed_lengths(self, lengths: Mapping[str, Mapping[int, int]]) -> int:
+        """Engine progress back to the schedulers (``update_lengths``): the monitor and
+        the planner see real N_tok, not the lengths of dispatch time (sec. 6.1, 7.1).
+        Sequences the scheduler moved or finished since the engine reported are skipped.
+        Returns how many lengths were fed."""
+        n = 0
+        for rid, lens in lengths.items():
+            for sched in self.schedulers.values():
+                view = sched.replicas.get(rid)
+                if view is None:
+                    continue
+                mine = {s: max(l, sched.seqs[s].prompt_len) for s, l in lens.items()
+                        if s in view.running and s in sched.seqs}
+                if mine:
+                    sched.update_lengths(rid, mine)
+                    n += len(mine)
+        self.lengths_fed += n
+        return n
 
     def refresh_rollout(self) -> float:
         """Every rollout replica Reads the new policy: its sequences are aborted (tokens

@@ -180,7 +180,12 @@ class RLLoop:
                  "reward/genrm_parse_ok": statistics.fmean(bool(t.genrm_ok) for t in rows),
                  "rollout/response_len_mean": statistics.fmean(
                      len(t.response_tokens or []) for t in rows),
-                 "allocation": self.control.allocation(), **tm, **pm}
+                 "allocation": self.control.allocation(),
+                 # what reached training: prompt index -> [rewarded responses, trajectories]
+                 "batch/groups": {str(g.prompt_index): [sum(t.rewarded for t in g.trajectories),
+                                                        len({t.traj_id for t in g.trajectories})]
+                                  for g in groups},
+                 **tm, **pm}
             self._step_tokens, t_prev = 0, now
             self.history.append(m)
             self._trained_here += 1

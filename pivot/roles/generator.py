@@ -67,6 +67,10 @@ class GeneratorActor(Actor):
         return self._loop().collect()
 
     @endpoint
+    def poll(self) -> tuple[dict[int, SeqResult], dict[int, int]]:
+        return self._loop().poll()
+
+    @endpoint
     def first_tokens(self, seq_ids: list[int], timeout_s: float = 60.0) -> float:
         return self._loop().first_tokens(seq_ids, timeout_s)
 
@@ -120,6 +124,9 @@ class ActorHandle:
 
     def collect(self):
         return self.mesh.collect.call_one().get()
+
+    def poll(self):
+        return self.mesh.poll.call_one().get()
 
     def first_tokens(self, seq_ids, timeout_s: float = 60.0):
         return self.mesh.first_tokens.call_one(list(seq_ids), timeout_s).get()

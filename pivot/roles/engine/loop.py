@@ -9,10 +9,13 @@ free memory under a running step.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import TypeVar
+
+import torch
 
 from pivot.errors import PivotError, StateError
 from pivot.roles.engine.config import EngineConfig
@@ -33,10 +36,17 @@ class StepLoop:
         self.error: BaseException | None = None
         self._idle = idle_wait_s
         self._stop = False
+        # the step thread must run OpenMP like the thread vLLM bound at engine start: its
+        # attention metadata and kernels each read the calling thread's thread count, and
+        # a fresh thread defaults to every core ("thread_num == thread_num (2 vs. 1)")
+        self._threads = torch.get_num_threads()
+        self._affinity = os.sched_getaffinity(0)
         self._thread = threading.Thread(target=self._run, name="generator-step", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
+        os.sched_setaffinity(0, self._affinity)   # this thread only (Linux)
+        torch._C.set_num_threads(self._threads)  # vLLM's CPU worker patches the public one
         while True:
             with self.cond:
                 while not self._stop and not self.engine.live:
@@ -92,6 +102,14 @@ class StepLoop:
         with self.cond:
             out, self.done = self.done, {}
             return out
+
+    def poll(self) -> tuple[dict[int, SeqResult], dict[int, int]]:
+        """Pops every finished sequence and, in the same critical section, the current
+        length (prompt + every token generated, across aborts) of each running one: the
+        N_tok the scheduler's throughput model needs (sec. 6.1)."""
+        with self.cond:
+            out, self.done = self.done, {}
+            return out, self.engine.lengths()
 
     def wait(self, seq_ids: Iterable[int], timeout_s: float = 300.0) -> dict[int, SeqResult]:
         """Blocks until every sequence in ``seq_ids`` finished; pops and returns them."""

@@ -54,6 +54,9 @@ class GeneratorPort:
     finished: dict[int, SeqResult] = field(default_factory=dict)
     rejected: dict[int, str] = field(default_factory=dict)
     logprobs: dict[int, list[float]] = field(default_factory=dict)
+    lengths: dict[str, dict[int, int]] = field(default_factory=dict)
+    """replica id -> {seq id: current length} of its running sequences, as of the last
+    ``collect`` (handles with ``poll`` only)."""
 
     def apply(self, actions: Sequence[object]) -> MigrationStats:
         """Runs ``actions`` in order, batching consecutive ones of a kind per replica."""
@@ -89,6 +92,10 @@ class GeneratorPort:
     def _dispatch(self, handle, rid: str, ids: list[int], stats: MigrationStats) -> None:
         reqs = []
         for s in ids:
+            if s in self.finished:
+                # its abort found it finished (a migration's Abort + Dispatch): running it
+                # again would finish it twice; the scheduler is told at the next collect
+                continue
             seq = self.sequences[s]
             if seq.prompt_tokens is None:
                 raise StateError(f"sequence {s} has no prompt tokens; the local driver "
@@ -115,8 +122,13 @@ class GeneratorPort:
     def collect(self) -> dict[int, SeqResult]:
         """Pops finished sequences from every replica (and any that an abort found
         finished); marks them off their replica."""
-        for handle in self.replicas.values():
-            for res in handle.collect().values():
+        self.lengths = {}
+        for rid, handle in self.replicas.items():
+            if hasattr(handle, "poll"):
+                done, self.lengths[rid] = handle.poll()
+            else:
+                done = handle.collect()
+            for res in done.values():
                 self._finish(res)
         out, self.finished = self.finished, {}
         return out

@@ -209,6 +209,12 @@ class VllmEngine:
             raise StateError(f"sequence {s} left the engine without a result")
         return out
 
+    def lengths(self) -> dict[int, int]:
+        """seq id -> prompt + generated tokens (all of them, across aborts) of each
+        running sequence."""
+        return {s: len(x.req.prompt) + len(x.req.generated) + len(x.tokens)
+                for s, x in self.live.items()}
+
     def first_token_s(self, seq_id: int) -> float | None:
         live = self.live.get(seq_id)
         return None if live is None else live.first_token_s

@@ -1,0 +1,22 @@
+"""The four deployments of sec. 8.2 on the local driver's 4 slots, as Python objects (the
+same as gin/local/*.gin over gin/tiny_cpu.gin), for tests and the measurements that run
+them back to back on one ``LocalStack``."""
+
+from __future__ import annotations
+
+from pivot.planner.pivot_planner import PivotPlanner
+from pivot.planner.strategies import NoShiftPlanner
+from pivot.sim.deployment import Deployment
+from pivot.sim.phased import ColocatedPlanner, RolloutRewardColocatedPlanner
+
+# name, planner, staleness, rollout_devices, reward_devices, training_home, training_devices
+LOCAL_DEPLOYMENTS: dict[str, Deployment] = {
+    # the whole pool runs rollout, reward, training in turn; synchronous
+    "colocated": Deployment("colocated", ColocatedPlanner, 0, -1, 0, False, -1),
+    # static 2 rollout / 1 reward / 1 training (gin/tiny_cpu.gin DISAGG_*)
+    "disaggregated": Deployment("disaggregated", NoShiftPlanner, 2, 2, 1, True),
+    # rollout and reward take turns on 3 slots, training on its own
+    "rr_colocated": Deployment("rr_colocated", RolloutRewardColocatedPlanner, 2, -1, 0, True),
+    # 3 rollout / 1 reward at first; training shifts up when its batch is ready
+    "pivotrl": Deployment("pivotrl", PivotPlanner, 2, 3, 1, False),
+}

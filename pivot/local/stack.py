@@ -1,0 +1,153 @@
+"""The local driver's long-lived parts: GPS with both models, the mesh of device slots
+(one in-process vLLM engine and one torchtitan trainer context each, every slot capped to
+a fixed CPU share) and the tokenizer.
+
+Engines take 45-80 s to start on this CPU (STACK.md), so a ``LocalStack`` is started once
+and shared by every run that fits it (tests, the four-deployment throughput measurement):
+``reset`` shifts every slot down to idle and writes the initial weights of both models
+back to GPS, so the next run, whatever its deployment, starts from the same state without
+restarting an engine (sec. 5.2: the engine definition is preserved context).
+
+    stack = LocalStack(LocalGroup(), seed=0)
+    stack.start()
+    LocalDriver(group, deployment, stack=stack).run(); stack.reset(); ...
+    stack.close()
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pivot.errors import ConfigError
+from pivot.local.group import LocalGroup
+from pivot.types import GENRM, INFERENCE_ROLES, POLICY, Role
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LocalStack:
+    """Attributes:
+        group: the model group (devices, model folders, KV blocks).
+        seed: engine and trainer seed (sampling seeds are per run and per sequence).
+        lr: the trainer's AdamW learning rate.
+        cpu_share: fraction of one core per slot (cgroup v1 quota); 0 disables.
+        max_model_len: engine context and trainer RoPE length, tokens.
+    """
+
+    group: LocalGroup
+    seed: int = 0
+    lr: float = 1e-5
+    cpu_share: float = 0.5
+    max_model_len: int = 512
+    startup_s: float = 0.0
+    runs: int = 0
+    _closers: list = field(default_factory=list)
+
+    def key(self) -> tuple:
+        """What a run must share with the stack to reuse it (the run's sampling seed and
+        generation lengths may differ: they are per request)."""
+        g = self.group
+        return (g.devices, g.policy_dir, g.genrm_dir, g.num_blocks, self.lr, self.cpu_share)
+
+    def fits(self, group: LocalGroup, lr: float, cpu_share: float) -> None:
+        """Raises ConfigError unless a run with these settings can reuse the stack."""
+        want = LocalStack(group, self.seed, lr, cpu_share).key()
+        if want != self.key():
+            raise ConfigError(f"LocalStack: a run with (devices, policy, genrm, num_blocks, "
+                              f"lr, cpu_share)={want} cannot reuse the stack started with "
+                              f"{self.key()}")
+
+    @property
+    def started(self) -> bool:
+        return getattr(self, "ctl", None) is not None
+
+    def start(self) -> "LocalStack":
+        import torch
+        from safetensors.torch import load_file
+        from transformers import AutoTokenizer
+
+        from pivot.gps.actor import GPSActor
+        from pivot.gps.layout import ModelMeta, plan_storage
+        from pivot.local.cgroups import SlotCpuShares
+        from pivot.local.contexts import GeneratorFactory, SlotTrainerContext
+        from pivot.roles.engine.config import EngineConfig
+        from pivot.runtime.gps_source import GPSParameterSource
+        from pivot.runtime.mesh import MeshController
+        from pivot.runtime.provision import allocate, spawn_host_service
+
+        t0 = time.perf_counter()
+        g = self.group
+        g.check()
+        self.policy_dir, self.genrm_dir = g.model_dirs()
+        cache = str(Path("cache").resolve())
+        os.environ.setdefault("TMPDIR", str(Path(cache) / "tmp"))
+        self.tok = AutoTokenizer.from_pretrained(self.policy_dir)
+        self.initial: dict[str, dict[str, torch.Tensor]] = {}
+        for m, d in ((POLICY, self.policy_dir), (GENRM, self.genrm_dir)):
+            sd = {}
+            for f in sorted(Path(d).glob("*.safetensors")):
+                sd.update(load_file(str(f)))
+            self.initial[m] = {k: v.to(torch.float32) for k, v in sd.items()}
+        metas = {m: ModelMeta.from_state_dict(m, sd) for m, sd in self.initial.items()}
+        storage = plan_storage(list(metas.values()), 1, 1 << 30)
+        gps = spawn_host_service("gps", GPSActor, 0, storage, metas)
+        self.source = GPSParameterSource([gps], metas, storage, (0,) * g.devices)
+        self._load_initial()
+        ecfg = EngineConfig(self.policy_dir, max_model_len=self.max_model_len,
+                            num_blocks=g.num_blocks, cache_dir=cache, seed=self.seed)
+        self.kv_capacity = ecfg.kv_capacity
+        cores = os.cpu_count() or 1
+        factories: dict[Role, Any] = {
+            r: GeneratorFactory(r, ecfg, self.source, cores) for r in INFERENCE_ROLES}
+        factories[Role.TRAINING] = functools.partial(
+            SlotTrainerContext, self.policy_dir, self.lr, self.max_model_len, self.seed)
+        t = time.perf_counter()
+        # engine start-up under load takes minutes on 2 shared cores: a long call timeout
+        self.ctl = MeshController(allocate(g.devices), self.source, factories,
+                                  call_timeout_s=900.0)
+        log.info("%d device slots with engines up in %.1f s", g.devices,
+                 time.perf_counter() - t)
+        self.shares = SlotCpuShares(self.cpu_share, name=f"pivot{os.getpid()}")
+        self._closers.append(self.shares.close)
+        for d in range(g.devices):
+            self.shares.assign(d, self.ctl.describe(d)["pid"])
+        self.startup_s = time.perf_counter() - t0
+        return self
+
+    def _load_initial(self) -> None:
+        for m, sd in self.initial.items():
+            self.source.gps.load(m, sd)
+
+    def reset(self) -> float:
+        """Every replica shifted down to idle, both models' initial weights back in GPS;
+        engines and trainer contexts stay. Returns seconds."""
+        t = time.perf_counter()
+        sh = self.ctl.shifter
+        for rid in list(self.ctl.device_map.replicas()):
+            sh.shift_down(rid)
+        self._load_initial()
+        self.runs += 1
+        return time.perf_counter() - t
+
+    def close(self) -> None:
+        """Removes the cgroups and stops the slots (their engines end with their procs)."""
+        for fn in reversed(self._closers):
+            try:
+                fn()
+            except Exception as e:  # keep closing the rest
+                log.warning("close: %s", e)
+        self._closers.clear()
+        if self.started:
+            try:
+                self.ctl.stop()
+                self.ctl.alloc.procs.stop().get()
+            except Exception as e:
+                log.warning("close: stopping the slots: %s", e)
+            self.ctl = None
