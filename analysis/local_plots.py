@@ -27,6 +27,23 @@ def throughput(d: dict) -> None:
     fig.savefig(OUT / "throughput.png", dpi=120)
 
 
+def overheads(d: dict) -> None:
+    keys = sorted(d["phases"])
+    phases = sorted({ph for k in keys for ph in d["phases"][k] if ph != "total"})
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    bottom = [0.0] * len(keys)
+    for ph in phases:
+        vals = [d["phases"][k].get(ph, {}).get("median_s", 0.0) for k in keys]
+        ax.bar(keys, vals, bottom=bottom, label=ph)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_ylabel("seconds (median per shift)")
+    ax.set_title("Shift overheads per phase and role (fig. 12 analogue), local CPU")
+    ax.legend(fontsize=6)
+    plt.setp(ax.get_xticklabels(), rotation=20, fontsize=7)
+    fig.tight_layout()
+    fig.savefig(OUT / "overheads.png", dpi=120)
+
+
 def convergence(d: dict) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
     for r in d["runs"]:
@@ -43,10 +60,7 @@ def convergence(d: dict) -> None:
 
 
 def trace(d: dict) -> None:
-    run = d["runs"][0]
-    res = json.loads((OUT / "runs" / f"{run['deployment']}_s{run['seed']}" /
-                      "allocation_trace.json").read_text())
-    tr = res["trace"]
+    tr = d["runs"][0]["trace"]
     t = [x["time_s"] for x in tr]
     fig, ax = plt.subplots(figsize=(7, 3))
     ys = [[len(x[k]) for x in tr] for k in ("rollout", "reward", "training", "idle")]
@@ -62,4 +76,5 @@ def trace(d: dict) -> None:
 if __name__ == "__main__":
     what = sys.argv[1]
     data = json.loads((OUT / f"{what}.json").read_text())
-    {"throughput": throughput, "convergence": convergence, "trace": trace}[what](data)
+    {"throughput": throughput, "convergence": convergence, "trace": trace,
+     "overheads": overheads}[what](data)

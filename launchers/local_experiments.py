@@ -1,12 +1,16 @@
-"""The local driver's measurements, one command each (results/local/*.json, *.png).
+"""The local driver's measurements, one command each (results/local/<what>.json and .png).
 
-    python launchers/local_experiments.py throughput [--steps 6]      # 4 deployments, ratios
-    python launchers/local_experiments.py convergence [--steps 20]    # fig. 15, 2 seeds
-    python launchers/local_experiments.py trace                       # fig. 10 from a real run
+    python launchers/local_experiments.py throughput [--steps 5]   # 4 deployments, ratios
+    python launchers/local_experiments.py trace                    # fig. 10, a PivotRL run
+    python launchers/local_experiments.py overheads                # fig. 12 / table 3
+    python launchers/local_experiments.py convergence [--steps 20] # fig. 15, 2 seeds
 
-Each run is ``launchers/run.py`` on gin/tiny_cpu.gin plus a gin/local/<deployment>.gin
-fragment, in its own process (one 4-slot mesh at a time, ~8 GB). Shift and migration
-overheads (fig. 12, table 3) come from the shift records of every run. Plots:
+Every run of one command shares ONE ``LocalStack`` (GPS and the 4 device slots with their
+vLLM engines and trainer contexts, started once); between runs the stack is reset (slots
+idle, initial weights back in GPS), never restarted, so the deployments run on the same
+engines and workload back to back. Settings come from gin/tiny_cpu.gin (``--gin_param``
+overrides). ``overheads`` reads the shift records of the throughput and trace runs (fig.
+12's phases per role; table 3's abort/dispatch per migrated sequence). Plots:
 ``analysis/local_plots.py``.
 """
 
@@ -14,57 +18,137 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 OUT = ROOT / "results" / "local"
 THROUGHPUT = ("colocated", "disaggregated", "rr_colocated", "pivotrl")
 CONVERGENCE = ("colocated", "disaggregated", "pivotrl")
+log = logging.getLogger("pivot.local_experiments")
 
 
-def run_one(dep: str, seed: int, steps: int, extra: list[str]) -> dict:
-    run_dir = OUT / "runs" / f"{dep}_s{seed}"
-    cmd = [sys.executable, "launchers/run.py", "--gin", "gin/tiny_cpu.gin", "--gin",
-           f"gin/local/{dep}.gin", "--run_dir", str(run_dir), "--no_progress",
-           "--gin_param", f"LocalDriver.steps = {steps}",
-           "--gin_param", f"LocalDriver.seed = {seed}",
-           "--gin_param", f"PromptStream.seed = {seed}"]
-    for p in extra:
-        cmd += ["--gin_param", p]
-    subprocess.run(cmd, cwd=ROOT, check=True)
-    return json.loads((run_dir / "result.json").read_text())
+def build_driver(dep: str, seed: int, steps: int, run_dir: Path, stack, eval_every: int):
+    """A gin-configured LocalDriver (gin/tiny_cpu.gin) for ``dep`` on the shared stack."""
+    from pivot.local.deployments import LOCAL_DEPLOYMENTS
+    from pivot.local.driver import LocalDriver
+    from pivot.rl.data import PromptStream
+
+    stream = PromptStream(seed=seed)   # the rest of the stream from gin
+    return LocalDriver(deployment=LOCAL_DEPLOYMENTS[dep], stream=stream, steps=steps,
+                       seed=seed, run_dir=str(run_dir), stack=stack, eval_every=eval_every)
 
 
 def summarize(res: dict) -> dict:
     steps = res["steps"]
-    return {"deployment": res["deployment"], "seed": res["seed"], "throughput": res["throughput"],
-            "wall_s": res["wall_s"], "startup_s": res["startup_s"], "shifts": res["shifts"],
-            "max_staleness": res["max_staleness"],
+    return {"deployment": res["deployment"], "seed": res["seed"],
+            "throughput": res["throughput"], "wall_s": res["wall_s"],
+            "startup_s": res["startup_s"], "shifts": res["shifts"],
+            "max_staleness": res["max_staleness"], "tokens": [m["tokens"] for m in steps],
             "reward": [m["reward/mean"] for m in steps], "time_s": [m["time_s"] for m in steps],
+            "step_time_s": [m["step_time_s"] for m in steps],
+            "trainer_step_s": [m.get("trainer/step_s") for m in steps],
+            "gps_write_s": [m.get("gps/write_s") for m in steps],
+            "rollout_refresh_s": [m.get("gps/rollout_refresh_s") for m in steps],
             "val_acc": [m.get("val/accuracy_at_1") for m in steps],
-            "shift_records": res.get("shift_records", []), "migration": res["migration"]}
+            "lengths_fed": res.get("lengths_fed"), "shift_records": res.get("shift_records", []),
+            "migration": res["migration"], "trace": res.get("trace", [])}
+
+
+def run_all(runs: list[tuple[str, int]], steps: int, eval_every: int, tag: str) -> list[dict]:
+    from pivot.local.stack import LocalStack
+
+    # a driver's constructor only checks; it gives the stack its gin-configured settings
+    probe = build_driver(runs[0][0], runs[0][1], steps, OUT / "runs" / "probe", None, -1)
+    stack = LocalStack(probe.group, probe.seed, probe.lr, probe.cpu_share).start()
+    log.info("stack up in %.1f s", stack.startup_s)
+    rows = []
+    try:
+        for dep, seed in runs:
+            run_dir = OUT / "runs" / f"{tag}_{dep}_s{seed}"
+            d = build_driver(dep, seed, steps, run_dir, stack, eval_every)
+            try:
+                res = d.run().to_dict(trace=True)
+            finally:
+                d.close()
+            (run_dir / "result.json").write_text(json.dumps(res))
+            row = summarize(res)
+            row["stack_startup_s"] = stack.startup_s
+            rows.append(row)
+            log.info("%s seed %d: %.1f tok/s, %d shifts, %.0f s", dep, seed,
+                     row["throughput"] or 0, row["shifts"], row["wall_s"])
+    finally:
+        stack.close()
+    return rows
+
+
+def overheads(rows: list[dict]) -> dict:
+    """Fig. 12 / table 3 from shift records: per role and direction, the phases' seconds
+    (median over shifts), and migration seconds per aborted / dispatched sequence."""
+    phases: dict[str, dict[str, list[float]]] = {}
+    mig = {"aborted": 0, "dispatched": 0, "abort_s": 0.0, "dispatch_s": 0.0}
+    for r in rows:
+        for s in r["shift_records"]:
+            for direction in ("down", "up"):
+                for rec in s[direction]:
+                    key = f"{direction}/{rec['role']}"
+                    for ph, sec in rec["phases"].items():
+                        phases.setdefault(key, {}).setdefault(ph, []).append(sec)
+                    phases.setdefault(key, {}).setdefault("total", []).append(rec["seconds"])
+            for k in ("migration_down", "migration_up"):
+                for f in mig:
+                    mig[f] += s[k][f]
+    table = {k: {ph: {"median_s": statistics.median(v), "n": len(v), "max_s": max(v)}
+                 for ph, v in d.items()} for k, d in phases.items()}
+    per_seq = {"abort_s_per_seq": mig["abort_s"] / mig["aborted"] if mig["aborted"] else None,
+               "dispatch_s_per_seq": (mig["dispatch_s"] / mig["dispatched"]
+                                      if mig["dispatched"] else None), **mig}
+    return {"phases": table, "migration": per_seq}
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=("throughput", "convergence", "trace"))
+    p.add_argument("what", choices=("throughput", "convergence", "trace", "overheads"))
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--seeds", type=int, nargs="+", default=None)
     p.add_argument("--deployments", nargs="+", default=None)
+    p.add_argument("--gin_param", action="append", default=[])
     a = p.parse_args()
+    import os
+    os.chdir(ROOT)
+    from launchers.common import setup_logging
+    from pivot.config import gin_setup
+    setup_logging()
     OUT.mkdir(parents=True, exist_ok=True)
+    if a.what == "overheads":
+        rows = []
+        for f in ("throughput.json", "trace.json"):
+            if (OUT / f).is_file():
+                rows += json.loads((OUT / f).read_text())["runs"]
+        out = {"what": "overheads", "sources": ["throughput.json", "trace.json"],
+               **overheads(rows)}
+        (OUT / "overheads.json").write_text(json.dumps(out, indent=1))
+        subprocess.run([sys.executable, "analysis/local_plots.py", "overheads"], cwd=ROOT,
+                       check=False)
+        print(json.dumps(out, indent=1))
+        return 0
+    gin_setup.parse(["gin/tiny_cpu.gin"], a.gin_param)
     if a.what == "throughput":
-        deps, seeds, steps, extra = a.deployments or THROUGHPUT, a.seeds or [0], a.steps or 6, []
+        deps, seeds, steps, ev = a.deployments or THROUGHPUT, a.seeds or [0], a.steps or 5, -1
     elif a.what == "convergence":
-        deps, seeds, steps = a.deployments or CONVERGENCE, a.seeds or [0, 1], a.steps or 20
-        extra = ["LocalDriver.eval_every = 5"]
+        deps, seeds, steps, ev = a.deployments or CONVERGENCE, a.seeds or [0, 1], a.steps or 20, 5
     else:
-        deps, seeds, steps, extra = a.deployments or ["pivotrl"], a.seeds or [0], a.steps or 6, []
-    rows = [summarize(run_one(d, s, steps, extra)) for d in deps for s in seeds]
-    out = {"what": a.what, "steps": steps, "runs": rows}
+        deps, seeds, steps, ev = a.deployments or ["pivotrl"], a.seeds or [0], a.steps or 6, -1
+    t = time.perf_counter()
+    rows = run_all([(d, s) for s in seeds for d in deps], steps, ev, a.what)
+    out = {"what": a.what, "steps": steps, "wall_s": time.perf_counter() - t,
+           "gin_params": a.gin_param, "runs": rows}
     if a.what == "throughput":
         thr = {r["deployment"]: r["throughput"] for r in rows}
         base = {k: thr.get(k) for k in ("disaggregated", "colocated")}
