@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="results/reliability/soak.json")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("pivot").setLevel(logging.CRITICAL)  # injected faults log errors; counted below
     os.chdir(ROOT)
     cfg = SoakConfig(devices=a.devices, target_shifts=a.shifts, kill_rate=a.kill_rate,
                      seed=a.seed)
