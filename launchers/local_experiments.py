@@ -1,7 +1,7 @@
 """The local driver's measurements, one command each (results/local/<what>.json and .png).
 
     python launchers/local_experiments.py throughput [--steps 5]   # 4 deployments, ratios
-    python launchers/local_experiments.py trace                    # fig. 10, a PivotRL run
+    python launchers/local_experiments.py trace [--from_throughput] # fig. 10, a PivotRL run
     python launchers/local_experiments.py overheads                # fig. 12 / table 3
     python launchers/local_experiments.py convergence [--steps 20] # fig. 15, 2 seeds
 
@@ -119,6 +119,9 @@ def main() -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=None)
     p.add_argument("--deployments", nargs="+", default=None)
     p.add_argument("--gin_param", action="append", default=[])
+    p.add_argument("--from_throughput", action="store_true",
+                   help="trace: take the PivotRL run of results/local/throughput.json "
+                        "instead of running a new one")
     a = p.parse_args()
     import os
     os.chdir(ROOT)
@@ -137,6 +140,15 @@ def main() -> int:
         subprocess.run([sys.executable, "analysis/local_plots.py", "overheads"], cwd=ROOT,
                        check=False)
         print(json.dumps(out, indent=1))
+        return 0
+    if a.what == "trace" and a.from_throughput:
+        src = json.loads((OUT / "throughput.json").read_text())
+        rows = [r for r in src["runs"] if r["deployment"] == "pivotrl"]
+        out = {"what": "trace", "steps": src["steps"], "source": "throughput.json",
+               "runs": rows}
+        (OUT / "trace.json").write_text(json.dumps(out, indent=1))
+        subprocess.run([sys.executable, "analysis/local_plots.py", "trace"], cwd=ROOT,
+                       check=False)
         return 0
     gin_setup.parse(["gin/tiny_cpu.gin"], a.gin_param)
     if a.what == "throughput":

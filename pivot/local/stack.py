@@ -4,8 +4,8 @@ a fixed CPU share) and the tokenizer.
 
 Engines take 45-80 s to start on this CPU (STACK.md), so a ``LocalStack`` is started once
 and shared by every run that fits it (tests, the four-deployment throughput measurement):
-``reset`` shifts every slot down to idle and writes the initial weights of both models
-back to GPS, so the next run, whatever its deployment, starts from the same state without
+``reset`` shifts every slot down to idle and writes the initial policy back to GPS (the
+GenRM is frozen), so the next run, whatever its deployment, starts from the same state without
 restarting an engine (sec. 5.2: the engine definition is preserved context).
 
     stack = LocalStack(LocalGroup(), seed=0)
@@ -126,13 +126,15 @@ class LocalStack:
             self.source.gps.load(m, sd)
 
     def reset(self) -> float:
-        """Every replica shifted down to idle, both models' initial weights back in GPS;
+        """Every replica shifted down to idle, the initial policy back in GPS;
         engines and trainer contexts stay. Returns seconds."""
         t = time.perf_counter()
         sh = self.ctl.shifter
         for rid in list(self.ctl.device_map.replicas()):
             sh.shift_down(rid)
-        self._load_initial()
+        # the GenRM is frozen (sec. 5.1: GPS refuses a second install); only the policy
+        # changed during the last run
+        self.source.gps.load(POLICY, self.initial[POLICY])
         self.runs += 1
         return time.perf_counter() - t
 

@@ -56,7 +56,7 @@ def test_a_stopped_run_resumes_at_the_same_step_with_the_same_data(stack, tmp_pa
     first = run(stack, dep, tmp_path, steps=3, stop_after=1)
     assert [m["step"] for m in first.steps] == [1]
     state = checkpoint.load(checkpoint.latest(tmp_path))
-    assert state["workflow"]["version"] == 1 and state["optimizer"] is not None
+    assert state["workflow"]["version"] == 1 and state["trainer"]["optimizer"] is not None
     assert set(state["trainer"]["policy"]) and state["allocation"]["training"]
     rest = run(stack, dep, tmp_path, steps=3, resume=True)
     assert [m["step"] for m in rest.steps] == [1, 2, 3]
