@@ -192,6 +192,13 @@ class ShiftExecutor:
                 report.migration_up.add(self.replicas.apply(actions))
             report.stage_s[stage] = clock() - t
         except Exception as exc:
+            if stage == "shift_up" and report.new_replicas:
+                # Replicas that did come up must still serve, or their devices sit unused.
+                try:
+                    actions = self.schedulers[plan.up_role].shift_up(list(report.new_replicas))
+                    report.migration_up.add(self.replicas.apply(actions))
+                except Exception:  # noqa: BLE001 - the original failure is what we report
+                    log.exception("handing the replicas that came up to the scheduler failed")
             report.error = f"{type(exc).__name__}: {exc}"
             report.failed_stage = stage
             report.total_s = clock() - start

@@ -206,3 +206,11 @@ def test_random_plans_and_failures_never_leave_a_device_twice_or_half_shifted(da
         assert not dm.devices_in(SlotKind.SHIFTING_UP)
         assert not dm.devices_in(SlotKind.SHIFTING_DOWN)
         assert replay(dm.device_host, dm.events) == dm.states
+
+
+def test_replicas_that_came_up_before_a_failed_shift_up_still_reach_the_scheduler():
+    ex, rec, dm, _, _ = setup("backend.up:reward-1")
+    with pytest.raises(ShiftError, match="failed in stage shift_up"):
+        ex.execute(PLAN)
+    assert "reward.shift_up:reward-0" in rec.calls
+    assert dm.replicas(Role.REWARD).get("reward-0") == (0,)
