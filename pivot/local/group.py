@@ -14,6 +14,8 @@ from pathlib import Path
 import gin
 
 from pivot.errors import ConfigError
+from pivot.models import ensure_models
+from pivot.models import paths as model_paths
 from pivot.roles.engine.config import check_model_dir
 
 log = logging.getLogger(__name__)
@@ -40,7 +42,7 @@ class LocalGroup:
     devices: int = 4
     policy_dir: str = "cache/models/policy"
     genrm_dir: str = "cache/models/genrm"
-    random_if_missing: bool = True
+    random_if_missing: bool = False
     n: int = 4
     max_response_tokens: int = 48
     max_judge_tokens: int = 48
@@ -70,6 +72,12 @@ class LocalGroup:
         out = []
         for kind, d, seed in (("policy", self.policy_dir, 0), ("genrm", self.genrm_dir, 1)):
             p = Path(d)
+            built = getattr(model_paths(), kind)
+            if not p.is_dir() and p.resolve() == built.resolve():
+                # The project's own tiny models: build them (tokenizer, SFT) on first use.
+                log.info("%s folder %s is missing: building the tiny models "
+                         "(launchers/build_models.py, about 3 minutes)", kind, d)
+                ensure_models()
             if not p.is_dir() and self.random_if_missing:
                 from pivot.roles.engine.tiny import make_tiny_qwen3
                 p = Path("cache/models") / f"random_{kind}"
