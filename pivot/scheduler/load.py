@@ -148,8 +148,11 @@ class WhatIfLoad(LoadArrays):
                 raise StateError(f"replica {self._ids[i]} still runs sequences")
         self._base = [self.running(i) for i in keep]
         self._own = {}
-        self._set_arrays([self._ids[i] for i in keep], [int(self._nseq[i]) for i in keep],
-                         [int(self._ntok[i]) for i in keep], [int(self._cap[i]) for i in keep])
+        self._ids = [self._ids[i] for i in keep]
+        self._index = {rid: i for i, rid in enumerate(self._ids)}
+        k = np.array(keep, dtype=int)
+        for name in ("_nseq", "_ntok", "_cap", "_free", "_tput", "_num", "_den"):
+            setattr(self, name, getattr(self, name)[k])
 
     def abort(self, replica_id: str, which: str | int = "all") -> list[Abort]:
         i = self._index[replica_id]
