@@ -42,6 +42,8 @@ class SlotCpuShares:
             log.warning("no writable cgroup v1 cpu controller: slot %d runs without a CPU "
                         "cap", device)
             return False
+        if not self.groups:
+            sweep_stale()
         g = ROOT / f"{self.name}_slot{device}"
         g.mkdir(exist_ok=True)
         (g / "cpu.cfs_period_us").write_text(str(self.period_us))
@@ -71,3 +73,20 @@ class SlotCpuShares:
             except OSError as e:
                 log.warning("could not remove cgroup %s: %s", g, e)
             self.groups.pop(d, None)
+
+
+def sweep_stale(root: Path = ROOT) -> list[Path]:
+    """Removes empty slot groups left by a killed run (``pivot<pid>_slot<d>`` whose pid is
+    gone); returns the folders removed."""
+    removed = []
+    for g in root.glob("pivot*_slot*"):
+        digits = g.name[len("pivot"):].split("_", 1)[0]
+        if not digits.isdigit() or Path(f"/proc/{digits}").exists():
+            continue
+        try:
+            if not (g / "cgroup.procs").read_text().split():
+                g.rmdir()
+                removed.append(g)
+        except OSError:
+            pass
+    return removed
