@@ -25,6 +25,7 @@ from typing import Any
 import gin
 
 from pivot.errors import ConfigError
+from pivot.local.closers import run_closers
 from pivot.local.group import LocalGroup
 from pivot.planner.monitor import RoleShape
 from pivot.planner.plan import ShiftDown, ShiftPlan
@@ -259,12 +260,7 @@ class LocalDriver:
 
     def close(self) -> None:
         """Closes the run's files; stops the stack only if this run started it."""
-        for fn in reversed(self._closers):
-            try:
-                fn()
-            except Exception as e:  # keep closing the rest
-                log.warning("close: %s", e)
-        self._closers.clear()
+        run_closers(self._closers)
         if self._own_stack and self.stack is not None:
             self.stack.close()
             self.stack = None

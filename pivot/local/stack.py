@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pivot.errors import ConfigError
+from pivot.local.closers import run_closers
 from pivot.local.group import LocalGroup
 from pivot.types import GENRM, INFERENCE_ROLES, POLICY, Role
 
@@ -140,12 +141,7 @@ class LocalStack:
 
     def close(self) -> None:
         """Removes the cgroups and stops the slots (their engines end with their procs)."""
-        for fn in reversed(self._closers):
-            try:
-                fn()
-            except Exception as e:  # keep closing the rest
-                log.warning("close: %s", e)
-        self._closers.clear()
+        run_closers(self._closers)
         if self.started:
             try:
                 self.ctl.stop()
@@ -153,3 +149,4 @@ class LocalStack:
             except Exception as e:
                 log.warning("close: stopping the slots: %s", e)
             self.ctl = None
+
