@@ -160,7 +160,6 @@ def run_soak(cfg: SoakConfig) -> SoakReport:
                 rep.failed_shifts += 1
                 new = set(driver.device_map.devices_in(SlotKind.LOST)) - lost0
                 killer.pending.append((driver.clock.now + cfg.down_s, tuple(sorted(new))))
-                adopt_orphans(driver, e.report)
                 c._dirty.update(INFERENCE_ROLES)
                 c.maybe_start_training()
                 log.info("shift failed (injected): %s", e)
@@ -210,17 +209,6 @@ def run_soak(cfg: SoakConfig) -> SoakReport:
         rep.kill_handle_wall_s = {"mean": float(r.mean()), "max": float(r.max()),
                                   "n": int(r.size)}
     return rep
-
-
-def adopt_orphans(driver, report) -> int:
-    """After a ShiftError in the shift-up stage, the replicas that did come up are active in
-    the device map and the backend but unknown to the scheduler (the executor stops before
-    ``migrate_up``); hand them to the scheduler so their devices are used. Returns how many."""
-    if report is None or report.failed_stage != "shift_up" or not report.new_replicas:
-        return 0
-    sched = driver.schedulers[report.up_role]
-    driver.cluster.apply(sched.shift_up(list(report.new_replicas)))
-    return len(report.new_replicas)
 
 
 def _replica_shifts(events) -> int:
