@@ -13,7 +13,8 @@
    node-local PCIe vs remote RDMA). Demands are swept largest first; a run of demands with
    the same size, candidates and receiving host is assigned in closed form (water filling
    over the candidates, then a fix-up of at most a few single steps), which is exactly the
-   one-at-a-time greedy up to ties, in a few numpy calls per run instead of per demand.
+   one-at-a-time greedy up to ties, in a few list operations per run instead of per
+   demand (:mod:`pivot.gps.greedy`).
 4. Caching: :class:`Planner` memoises plans by the signature ``<M, G, P>``; models, GPS
    layout, device-to-host map and link profile are fixed per planner.
 """
