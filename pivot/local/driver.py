@@ -233,10 +233,10 @@ class LocalDriver:
         self.loop = loop
         allocation = None
         if self.resume:
-            ck = checkpoint.latest(run_dir) if run_dir else None
-            if ck is None:
+            found = checkpoint.load_latest(run_dir) if run_dir else None
+            if found is None:
                 raise ConfigError(f"LocalDriver.resume: no checkpoint in {run_dir}")
-            state = checkpoint.load(ck)
+            _, state = found
             loop.resume(state)
             allocation = state.get("allocation")
         self._provision(allocation)

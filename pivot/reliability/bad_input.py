@@ -77,7 +77,8 @@ def _model_dir(corrupt: str) -> Callable:
         with tempfile.TemporaryDirectory() as d:
             p = Path(d)
             (p / "config.json").write_text(json.dumps({"model_type": "qwen3"}))
-            (p / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}")
+            # a whole (empty) safetensors file: header length 2, header "{}", no tensors
+            (p / "model.safetensors").write_bytes((2).to_bytes(8, "little") + b"{}")
             (p / "tokenizer.json").write_text("{}")
             if corrupt == "truncated_config":
                 (p / "config.json").write_text('{"model_type": "qw')

@@ -11,7 +11,6 @@ right padded and never packed), and converts weights with torchtitan's
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import Any
 import torch
 
 from pivot.errors import ConfigError
+from pivot.roles.engine.config import read_hf_config
 
 logger = logging.getLogger(__name__)
 
@@ -47,19 +47,17 @@ class Qwen3Shape:
     def from_hf(cls, source: str | Path | Mapping[str, Any]) -> "Qwen3Shape":
         """Reads a HF model folder (its ``config.json``), a ``config.json`` path or a dict.
 
-        Raises ConfigError naming the field when the config is not a dense Qwen3 that this
-        builder reproduces exactly (attention bias, sliding window, non-default RoPE).
+        Raises ConfigError naming the file when ``config.json`` is missing or malformed
+        (``read_hf_config``), and naming the field when the config is not a dense Qwen3 that
+        this builder reproduces exactly (attention bias, sliding window, non-default RoPE).
         """
         if isinstance(source, Mapping):
             cfg, where = dict(source), "the given config dict"
         else:
-            path = Path(source)
-            if path.is_dir():
-                path = path / "config.json"
-            if not path.is_file():
-                raise ConfigError(f"Qwen3 config: {path} does not exist; pass a HF model "
-                                  f"folder holding config.json, the file itself, or a dict")
-            cfg, where = json.loads(path.read_text()), str(path)
+            # The same reader as the engine's model check: a missing, truncated or
+            # non-object config.json is a ConfigError naming the file and the fix.
+            cfg, path = read_hf_config(source)
+            where = str(path)
 
         def need(name: str) -> Any:
             if name not in cfg:
