@@ -1,25 +1,10 @@
-"""Engine fixtures: one tiny random Qwen3 and one in-process vLLM engine per test session."""
-
-import os
+"""Engine fixtures: one in-process vLLM engine per test session, on the session's tiny
+random Qwen3 (``tiny_model`` and ``engine_config`` are in ``tests/conftest.py``)."""
 
 import pytest
 import torch
 
-from pivot.roles.engine.config import EngineConfig
-from pivot.roles.engine.tiny import make_tiny_qwen3, random_state_dict
-
-CACHE = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "cache"))
-
-
-@pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory):
-    """A random tiny Qwen3 folder (2 layers, hidden 128, head_dim 32, vocab 448)."""
-    return str(make_tiny_qwen3(tmp_path_factory.mktemp("models") / "tiny", seed=0))
-
-
-@pytest.fixture(scope="session")
-def engine_config(tiny_model):
-    return EngineConfig(tiny_model, cache_dir=CACHE, cpu_core=0, num_blocks=256)
+from pivot.roles.engine.tiny import random_state_dict
 
 
 @pytest.fixture(scope="session")
