@@ -9,9 +9,15 @@ Prints and writes ``results/gps_bench.json``:
    hosts) under three GPS layouts, the cached-plan lookup time, and each plan's balance
    (the slowest sender's estimated time over the ideal even split).
 
+3. Rebuild of a lost GPS host (``pivot.gps.recovery``), ~100 MB on the rebuilt host: from a
+   surviving replica (replicated layout) and from a checkpoint (one group of two hosts: the
+   lost shards had no other copy), with and without checksum verification; in-process host
+   stores, bytes relayed through this process over the shared-memory transport.
+
 Run: ``.venv/bin/python launchers/bench_gps.py`` (about 1-2 minutes, under 5 GB).
 ``--plan-only`` runs part 2 alone (a few seconds, no actors) and replaces only the
-``planning`` section of the JSON, keeping the transfer results of the last full run.
+``planning`` section of the JSON, keeping the transfer results of the last full run;
+``--rebuild-only`` likewise runs part 3 alone and replaces only the ``rebuild`` section.
 
 Plan times are wall clock (``plan_ms``) and this process's CPU time (``plan_cpu_ms``): on a
 shared 2-core machine the wall clock mostly measures the other jobs, the CPU time the plan.
@@ -178,6 +184,68 @@ def bench_planning(repeats: int) -> dict:
     return res
 
 
+def bench_rebuild(repeats: int) -> dict:
+    from pivot.gps.actor import GlobalParameterStorage, LocalHost
+    from pivot.gps.recovery import Checkpoint, rebuild_host
+    from pivot.gps.storage import HostStore
+    from pivot.gps.transport import ShmTransport
+
+    class Dead:
+        def __init__(self, index: int) -> None:
+            self.index = index
+
+        def __getattr__(self, op: str):
+            def call(*a, **k):
+                raise RuntimeError("actor is dead")
+            return call
+
+    res: dict = {"note": "in-process host stores; the rebuild relays through this process "
+                         "(read from the sender, write into the new store) over shm"}
+    for name, layers, hosts, k in (("from_replica", 2, 2, 1), ("from_checkpoint", 4, 2, 2)):
+        m = qwen3_model("policy", layers=layers, hidden=1024, intermediate=2048, heads=16,
+                        kv_heads=8, head_dim=64, vocab=4096)
+        budget = m.nbytes if k == 1 else m.nbytes * 6 // 10
+        storage = plan_storage([m], hosts, budget, min_split_bytes=0)
+        assert storage.k == k
+        models = {"policy": m}
+        stores = [HostStore(h, storage, models) for h in range(hosts)]
+        shm = ShmTransport()
+        gps = GlobalParameterStorage([LocalHost(s) for s in stores], models, storage,
+                                     tuple(range(hosts)), transports={Link.LOCAL: shm,
+                                                                      Link.REMOTE: shm})
+        full = {p.name: torch.randn(p.shape) for p in m.params}
+        gps.load("policy", full)
+        ck = {"policy": Checkpoint(0, full)} if k > 1 else None
+        entry: dict = {"model_bytes": m.nbytes, "hosts": hosts, "k": k}
+        for verify in (True, False):
+            times = []
+            for _ in range(repeats):
+                old = gps.hosts[1]
+                gps.hosts[1] = Dead(1)
+                old.store.close()
+                new = HostStore(1, storage, models)
+                rep = rebuild_host(gps, 1, LocalHost(new), checkpoints=ck, verify=verify)
+                times.append(rep.seconds)
+                entry["rebuilt_bytes"] = rep.nbytes
+            entry["verify" if verify else "no_verify"] = summary(times, entry["rebuilt_bytes"])
+        out = gps.read("policy", (1,), ParallelLayout.create(m), verify=True)
+        assert all(torch.equal(out[1][n], t) for n, t in full.items())
+        gps.close()
+        for h in gps.hosts:
+            h.store.close()
+        res[name] = entry
+    return res
+
+
+def print_rebuild(rb: dict) -> None:
+    for name in ("from_replica", "from_checkpoint"):
+        e = rb[name]
+        for v in ("verify", "no_verify"):
+            print(f"rebuild {name:16s} {v:9s}: {e['rebuilt_bytes'] / 1e6:.0f} MB in "
+                  f"{e[v]['median_s']:.3f} s median (best {e[v]['best_s']:.3f} s, "
+                  f"{e[v]['median_GBps']:.2f} GB/s)")
+
+
 def print_planning(pl: dict) -> None:
     for name in ("sharded_k16", "sharded_k4", "replicated_k1"):
         e = pl[name]
@@ -195,6 +263,8 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--plan-only", action="store_true",
                     help="time plan computation only; rewrite only the 'planning' section")
+    ap.add_argument("--rebuild-only", action="store_true",
+                    help="time the rebuild of a lost host only; rewrite only 'rebuild'")
     ap.add_argument("--repeats", type=int, default=7, help="plans computed per layout and op")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -202,23 +272,27 @@ def main(argv: list[str] | None = None) -> None:
     logger.info("load average at start: %s (2 cores; other jobs make timings noisy)",
                 os.getloadavg())
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
-    if args.plan_only:
+    if args.plan_only or args.rebuild_only:
         results: dict = {}
         if os.path.exists(OUT):
             with open(OUT) as f:
                 results = json.load(f)
         load0 = os.getloadavg()
-        pl = bench_planning(repeats=args.repeats)
-        pl["loadavg_at_start"], pl["loadavg_at_end"] = load0, os.getloadavg()
-        pl["wall_s"] = time.time() - t0
-        results["planning"] = pl
+        section = "planning" if args.plan_only else "rebuild"
+        part = (bench_planning(repeats=args.repeats) if args.plan_only
+                else bench_rebuild(repeats=3))
+        part["loadavg_at_start"], part["loadavg_at_end"] = load0, os.getloadavg()
+        part["wall_s"] = time.time() - t0
+        results[section] = part
         with open(OUT, "w") as f:
             json.dump(results, f, indent=2)
-        print_planning(pl)
-        print(f"rewrote the planning section of {os.path.abspath(OUT)} in {pl['wall_s']:.0f} s")
+        (print_planning if args.plan_only else print_rebuild)(part)
+        print(f"rewrote the {section} section of {os.path.abspath(OUT)} in "
+              f"{part['wall_s']:.0f} s")
         return
     results = {"loadavg_at_start": os.getloadavg(),
                "planning": bench_planning(repeats=args.repeats),
+               "rebuild": bench_rebuild(repeats=3),
                "transfers": bench_transfers(repeats=5)}
     results["wall_s"] = time.time() - t0
     results["loadavg_at_end"] = os.getloadavg()
@@ -238,6 +312,7 @@ def main(argv: list[str] | None = None) -> None:
           f"read / memcpy (fresh): {tr['read_fresh_fraction_of_memcpy_fresh']:.2f}   "
           f"write / memcpy: {tr['write_fraction_of_memcpy']:.2f}")
     print_planning(pl)
+    print_rebuild(results["rebuild"])
     print(f"wrote {os.path.abspath(OUT)} in {results['wall_s']:.0f} s")
 
 

@@ -19,17 +19,20 @@ tp=, pp=)``, default Qwen3 split dims). The storage layout comes from
 
 Modules: ``layout`` (P and the GPS layout), ``plan`` (refinement, greedy plan, cache),
 ``storage`` (one host's versioned store), ``transport`` (shm / Monarch / NIXL paths),
-``actor`` (the per-host Monarch actor and the client).
+``actor`` (the per-host Monarch actor and the client), ``recovery`` (rebuilding a lost
+host from its replicas or a checkpoint: ``gps.rebuild(host, fresh_store, checkpoints=)``).
 """
 
 from pivot.gps.layout import (ModelMeta, ParallelLayout, ParamMeta, StorageLayout,
                               plan_storage, qwen3_model, qwen3_split_dim)
 from pivot.gps.plan import Link, LinkProfile, Plan, Planner
+from pivot.gps.recovery import Checkpoint, RebuildReport, lost_hosts, rebuild_host
 from pivot.gps.storage import HostStore, checksum
 
-__all__ = ["GlobalParameterStorage", "GPSActor", "HostStore", "Link", "LinkProfile",
-           "ModelMeta", "ParallelLayout", "ParamMeta", "Plan", "Planner", "StorageLayout",
-           "checksum", "plan_storage", "qwen3_model", "qwen3_split_dim"]
+__all__ = ["Checkpoint", "GlobalParameterStorage", "GPSActor", "HostStore", "Link",
+           "LinkProfile", "ModelMeta", "ParallelLayout", "ParamMeta", "Plan", "Planner",
+           "RebuildReport", "StorageLayout", "checksum", "lost_hosts", "plan_storage",
+           "qwen3_model", "qwen3_split_dim", "rebuild_host"]
 
 
 def __getattr__(name: str):

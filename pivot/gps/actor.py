@@ -26,6 +26,7 @@ from monarch.actor import Actor, endpoint
 from pivot.errors import ConfigError, StateError
 from pivot.gps.layout import ModelMeta, ParallelLayout, StorageLayout, torch_dtype
 from pivot.gps.plan import Link, LinkProfile, Plan, Planner
+from pivot.gps.recovery import RebuildReport, rebuild_host
 from pivot.gps.storage import HostStore, Manifest
 from pivot.gps.transport import MonarchTransport, ShmTransport, Transport
 from pivot.types import GENRM
@@ -317,6 +318,11 @@ class GlobalParameterStorage:
             raise ConfigError(f"GPS holds no model {model!r}")
         layout = ParallelLayout.create(meta, dp=1, tp=1, pp=1)
         return self.write(model, (device,), layout, {device: state}, _initial=True)
+
+    def rebuild(self, host: int, replacement: Any, **kwargs: Any) -> RebuildReport:
+        """Rebuilds lost host ``host`` into ``replacement`` from its surviving replicas or a
+        checkpoint, same version (:func:`pivot.gps.recovery.rebuild_host`)."""
+        return rebuild_host(self, host, replacement, **kwargs)
 
     def latest(self, model: str) -> int | None:
         vs = {self.hosts[h].latest(model) for h in range(len(self.hosts))}

@@ -97,6 +97,10 @@ class NixlTransport(Transport):
             hit = self._remote[key] = (name, base)
         return hit
 
+    def forget_host(self, host: int) -> None:
+        for key in [k for k in self._remote if k[0] == host]:
+            self.agent.remove_remote_agent(self._remote.pop(key)[0])
+
     def _descs(self, manifest: Manifest, base: int, transfers: Sequence[Transfer],
                bufs: dict[str, torch.Tensor]) -> tuple[np.ndarray, np.ndarray]:
         where = {key: (off, shape) for key, off, shape, _ in manifest.entries}
@@ -109,7 +113,15 @@ class NixlTransport(Transport):
             j = max(_cut_dim(shape, t.shard_box), _cut_dim(buf.shape, t.target_box))
             r_off, run = byte_runs(shape, buf.element_size(), t.shard_box, j)
             l_off, run2 = byte_runs(buf.shape, buf.element_size(), t.target_box, j)
-            assert run == run2 and r_off.size == l_off.size
+            if run * r_off.size != t.nbytes or run2 * l_off.size != t.nbytes:
+                raise StateError(
+                    f"size mismatch on NIXL transfer of {manifest.model} {t.param} shard "
+                    f"{t.shard} with GPS host {manifest.host}: the host's box is "
+                    f"{run * r_off.size} bytes, the buffer's {run2 * l_off.size}, the plan "
+                    f"expects {t.nbytes}; rebuild the host with this GPS layout and retry")
+            if run != run2:  # same bytes, cut differently: not expressible as run pairs
+                raise StateError(f"NIXL: {t.param} shard {t.shard} runs of {run} and "
+                                 f"{run2} bytes do not pair up; use contiguous buffers")
             n = r_off.size
             remote.append(np.stack([base + off + r_off, np.full(n, run), np.zeros(n, np.int64)],
                                    axis=1))

@@ -12,7 +12,10 @@ one runs per link type is the client's choice (:class:`pivot.gps.actor.GlobalPar
 * NIXL (the paper's path over UCX/RDMA) lives in :mod:`pivot.gps.nixl` behind this same
   interface.
 
-Every slice carries its size and checksum; with ``verify`` a mismatch raises StateError.
+Every slice carries its size and checksum. Sizes are always checked (a slice whose shape or
+byte count differs from the plan's raises StateError before it is copied: a broadcasting
+copy would otherwise pass a truncated slice silently); checksums with ``verify`` (about
+three passes over the bytes instead of one, so opt-in; a rebuild always verifies).
 """
 
 from __future__ import annotations
@@ -41,6 +44,37 @@ def _mismatch(what: str, t: Transfer, got: int, want: int) -> StateError:
                       f"the data is corrupt, retry the operation")
 
 
+def _wrong_size(what: str, host: int, model: str, t: Transfer, got: tuple[int, ...],
+                got_bytes: int, want: tuple[int, ...]) -> StateError:
+    return StateError(f"size mismatch on {what} of {model} {t.param} shard {t.shard} "
+                      f"{t.shard_box} with GPS host {host}: got shape {got} ({got_bytes} "
+                      f"bytes), the plan expects {want} ({t.nbytes} bytes); the host's "
+                      f"store does not match the GPS layout (stale or rebuilt with another "
+                      f"layout): rebuild the host with this layout and retry")
+
+
+def check_sizes(what: str, manifest: Manifest, transfers: Sequence[Transfer],
+                pairs: Sequence[tuple[Sequence[int], torch.Tensor]]) -> None:
+    """Raises StateError unless every (expected shape, received tensor) pair agrees and
+    the tensor has its transfer's byte count."""
+    for t, (want, got) in zip(transfers, pairs):
+        n = got.numel() * got.element_size()
+        if tuple(got.shape) != tuple(want) or n != t.nbytes:
+            raise _wrong_size(what, manifest.host, manifest.model, t, tuple(got.shape), n,
+                              tuple(want))
+
+
+def _box_shapes(manifest: Manifest, transfers: Sequence[Transfer]) -> list[tuple[int, ...]]:
+    """The shape of every transfer's box inside its shard of ``manifest``."""
+    shapes = {key: shape for key, _, shape, _ in manifest.entries}
+    out = []
+    for t in transfers:
+        shape = shapes[(t.param, t.shard)]
+        box = tuple(len(range(*b.indices(n))) for b, n in zip(t.shard_box, shape))
+        out.append(box + tuple(shape[len(box):]))
+    return out
+
+
 class Transport(abc.ABC):
     """Moves the slices of one (host, device) pair."""
 
@@ -56,6 +90,9 @@ class Transport(abc.ABC):
               src: dict[str, torch.Tensor], verify: bool = False) -> list[Expected]:
         """Copies every slice of ``src`` into the host's staged version; returns the
         checksums the host must find on commit (empty without ``verify``)."""
+
+    def forget_host(self, host: int) -> None:
+        """Drops whatever is cached about ``host`` (its store was replaced)."""
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
@@ -128,10 +165,24 @@ class ShmTransport(Transport):
         for f in [self._pool.submit(run, b) for b in bins if b]:
             f.result()
 
+    def forget_host(self, host: int) -> None:
+        for key in [k for k in self._arenas if k[0] == host]:
+            del self._arenas[key]
+
+    @staticmethod
+    def _shard(views: dict, manifest: Manifest, t: Transfer) -> torch.Tensor:
+        v = views.get((t.param, t.shard))
+        if v is None:
+            raise StateError(f"GPS host {manifest.host} holds no shard {t.shard} of "
+                             f"{manifest.model} {t.param}; its store does not match the GPS "
+                             f"layout: rebuild the host with this layout and retry")
+        return v
+
     def read(self, host, manifest, transfers, dst, verify=False):
         views = self._views(manifest)
-        pairs = [(dst[t.param][t.target_box], views[(t.param, t.shard)][t.shard_box])
+        pairs = [(dst[t.param][t.target_box], self._shard(views, manifest, t)[t.shard_box])
                  for t in transfers]
+        check_sizes("read", manifest, transfers, [(d.shape, s) for d, s in pairs])
         self._copy_all(pairs)
         if verify:
             for t, (d, s) in zip(transfers, pairs):
@@ -141,8 +192,9 @@ class ShmTransport(Transport):
 
     def write(self, host, manifest, transfers, src, verify=False):
         views = self._views(manifest)
-        pairs = [(views[(t.param, t.shard)][t.shard_box], src[t.param][t.target_box])
+        pairs = [(self._shard(views, manifest, t)[t.shard_box], src[t.param][t.target_box])
                  for t in transfers]
+        check_sizes("write", manifest, transfers, [(d.shape, s) for d, s in pairs])
         self._copy_all(pairs)
         if not verify:
             return []
@@ -158,13 +210,21 @@ class MonarchTransport(Transport):
     def read(self, host, manifest, transfers, dst, verify=False):
         got = host.get(manifest.model, manifest.version,
                        [(t.param, t.shard, t.shard_box) for t in transfers])
-        for t, (tensor, sent) in zip(transfers, got):
+        if len(got) != len(transfers):
+            raise StateError(f"GPS host {manifest.host} returned {len(got)} slices of "
+                             f"{manifest.model} for {len(transfers)} asked; retry the Read")
+        pairs = [(dst[t.param][t.target_box], tensor) for t, (tensor, _) in zip(transfers, got)]
+        check_sizes("read", manifest, transfers, [(d.shape, x) for d, x in pairs])
+        for t, (d, tensor), (_, sent) in zip(transfers, pairs, got):
             if verify and checksum(tensor) != sent:
                 raise _mismatch("read", t, checksum(tensor), sent)
-            dst[t.param][t.target_box].copy_(tensor)
+            d.copy_(tensor)
 
     def write(self, host, manifest, transfers, src, verify=False):
         items, expected = [], []
+        check_sizes("write", manifest, transfers,
+                    list(zip(_box_shapes(manifest, transfers),
+                             (src[t.param][t.target_box] for t in transfers))))
         for t in transfers:
             s = src[t.param][t.target_box]
             items.append((t.param, t.shard, t.shard_box, s.contiguous()))
