@@ -46,6 +46,10 @@ class SlotHandle:
         return self.ctl.invoke(self.device, "first_tokens", seq_ids=list(seq_ids),
                                timeout_s=timeout_s)
 
+    def start(self, method: str, **kwargs: Any):
+        """Starts ``method`` on the slot without waiting (see ``GeneratorPort``)."""
+        return self.ctl.invoke_start(self.device, method, **kwargs)
+
 
 class SlotReplicas(Mapping):
     """Replica id -> handle, read live from the device map (replicas come and go)."""
@@ -181,12 +185,14 @@ class Fleet:
         import time
         t0 = time.perf_counter()
         sched = self.schedulers[Role.ROLLOUT]
-        for rid, devs in self.ctl.device_map.replicas(Role.ROLLOUT).items():
-            acts = sched.abort(rid)
-            if acts:
-                self.apply(acts)
-            for d in devs:
-                self.ctl.invoke(d, "refresh")
+        replicas = self.ctl.device_map.replicas(Role.ROLLOUT)
+        acts = [a for rid in replicas for a in sched.abort(rid)]
+        if acts:
+            self.apply(acts)   # one round over all replicas
+        pending = [self.ctl.invoke_start(d, "refresh") for devs in replicas.values()
+                   for d in devs]
+        for p in pending:
+            p.get()
         self.dispatch()
         return time.perf_counter() - t0
 

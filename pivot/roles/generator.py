@@ -131,6 +131,11 @@ class ActorHandle:
     def first_tokens(self, seq_ids, timeout_s: float = 60.0):
         return self.mesh.first_tokens.call_one(list(seq_ids), timeout_s).get()
 
+    def start(self, method: str, **kwargs):
+        """Starts ``method`` without waiting; ``.get()`` on the result waits (the port
+        starts one call per replica before it waits for any)."""
+        return getattr(self.mesh, method).call_one(**kwargs)
+
 
 @dataclass
 class GeneratorContext:

@@ -117,6 +117,12 @@ class MeshController:
     def invoke(self, device: int, method: str, **kwargs: Any) -> Any:
         return self._slot(device).invoke.call_one(method, kwargs).get(timeout=self.timeout)
 
+    def invoke_start(self, device: int, method: str, **kwargs: Any):
+        """Like ``invoke`` but returns at once with a handle; ``.get()`` waits for the
+        result. Calls to several slots started before any ``get`` run concurrently."""
+        fut = self._slot(device).invoke.call_one(method, kwargs)
+        return _Pending(fut, self.timeout)
+
     def write_back(self, device: int) -> float:
         return self._slot(device).write_back.call_one().get(timeout=self.timeout)
 
@@ -207,3 +213,13 @@ def _slowest(per_device: list[dict[str, float]]) -> dict[str, float]:
         for k, v in phases.items():
             out[k] = max(out.get(k, 0.0), v)
     return out
+
+
+class _Pending:
+    """A started slot call (``invoke_start``)."""
+
+    def __init__(self, fut: Any, timeout: float | None):
+        self.fut, self.timeout = fut, timeout
+
+    def get(self) -> Any:
+        return self.fut.get(timeout=self.timeout)

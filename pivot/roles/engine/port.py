@@ -59,77 +59,105 @@ class GeneratorPort:
     ``collect`` (handles with ``poll`` only)."""
 
     def apply(self, actions: Sequence[object]) -> MigrationStats:
-        """Runs ``actions`` in order, batching consecutive ones of a kind per replica."""
+        """Runs ``actions`` in order. Each run of consecutive actions of one kind is one
+        round: one call per replica, started on every replica before any is waited for,
+        so a round costs the slowest replica's call, not their sum (each call lands
+        between two engine steps)."""
         stats = MigrationStats()
-        key = lambda a: (type(a), a.replica_id)  # noqa: E731
-        for (kind, rid), group in itertools.groupby(actions, key=key):
-            handle = self._handle(rid)
-            ids = [a.seq_id for a in group]
-            if kind is Abort:
-                self._abort(handle, rid, ids, stats)
-            elif kind is Dispatch:
-                self._dispatch(handle, rid, ids, stats)
-            else:
+        for kind, run in itertools.groupby(actions, key=type):
+            if kind not in (Abort, Dispatch):
                 raise StateError(f"unknown action type {kind.__name__}")
+            by_replica: dict[str, list[int]] = {}
+            for a in run:
+                by_replica.setdefault(a.replica_id, []).append(a.seq_id)
+            handles = {rid: self._handle(rid) for rid in by_replica}
+            if kind is Abort:
+                self._abort(handles, by_replica, stats)
+            else:
+                self._dispatch(handles, by_replica, stats)
         return stats
 
-    def _abort(self, handle, rid: str, ids: list[int], stats: MigrationStats) -> None:
+    def _abort(self, handles: Mapping[str, GeneratorHandle], ids: Mapping[str, list[int]],
+               stats: MigrationStats) -> None:
         t = time.perf_counter()
-        out = handle.abort(ids)
+        outs = _fan_out(handles, "abort", {rid: {"seq_ids": ids[rid]} for rid in handles})
         stats.abort_s += time.perf_counter() - t
-        for s, res in out.items():
-            seq = self.sequences[s]
-            if res.finish_reason != "abort":
-                self._finish(res)
+        for out in outs.values():
+            if isinstance(out, BaseException):
                 continue
-            seq.generated_tokens = list(res.tokens)
-            seq.generated_len = len(res.tokens)
-            self.logprobs[s] = list(res.logprobs)
-            seq.replica_id = None
-            seq.num_aborts += 1
-            stats.aborted += 1
+            for s, res in out.items():
+                seq = self.sequences[s]
+                if res.finish_reason != "abort":
+                    self._finish(res)
+                    continue
+                seq.generated_tokens = list(res.tokens)
+                seq.generated_len = len(res.tokens)
+                self.logprobs[s] = list(res.logprobs)
+                seq.replica_id = None
+                seq.num_aborts += 1
+                stats.aborted += 1
+        _raise_first(outs)
 
-    def _dispatch(self, handle, rid: str, ids: list[int], stats: MigrationStats) -> None:
-        reqs = []
-        for s in ids:
-            if s in self.finished:
-                # its abort found it finished (a migration's Abort + Dispatch): running it
-                # again would finish it twice; the scheduler is told at the next collect
-                continue
-            seq = self.sequences[s]
-            if seq.prompt_tokens is None:
-                raise StateError(f"sequence {s} has no prompt tokens; the local driver "
-                                 f"needs them to dispatch")
-            reqs.append(GenRequest(s, list(seq.prompt_tokens), self.spec_for(seq),
-                                   list(seq.generated_tokens or []),
-                                   list(self.logprobs.get(s, []))))
+    def _dispatch(self, handles: Mapping[str, GeneratorHandle], ids: Mapping[str, list[int]],
+                  stats: MigrationStats) -> None:
+        reqs: dict[str, list[GenRequest]] = {}
+        for rid, sids in ids.items():
+            reqs[rid] = []
+            for s in sids:
+                if s in self.finished:
+                    # its abort found it finished (a migration's Abort + Dispatch): running
+                    # it again would finish it twice; the scheduler is told at next collect
+                    continue
+                seq = self.sequences[s]
+                if seq.prompt_tokens is None:
+                    raise StateError(f"sequence {s} has no prompt tokens; the local driver "
+                                     f"needs them to dispatch")
+                reqs[rid].append(GenRequest(s, list(seq.prompt_tokens), self.spec_for(seq),
+                                            list(seq.generated_tokens or []),
+                                            list(self.logprobs.get(s, []))))
+        live = {rid: h for rid, h in handles.items() if reqs[rid]}
         t = time.perf_counter()
-        errs = handle.submit(reqs)
+        errs = _fan_out(live, "submit", {rid: {"reqs": reqs[rid]} for rid in live})
         stats.dispatch_s += time.perf_counter() - t
-        resumed = []
-        for r, err in zip(reqs, errs):
-            if err is not None:
-                self.rejected[r.seq_id] = err
-                log.warning("replica %s rejected sequence %d: %s", rid, r.seq_id, err)
+        resumed: dict[str, list[int]] = {}
+        for rid, out in errs.items():
+            if isinstance(out, BaseException):
                 continue
-            self.sequences[r.seq_id].replica_id = rid
-            stats.dispatched += 1
-            if r.resume:
-                resumed.append(r.seq_id)
+            for r, err in zip(reqs[rid], out):
+                if err is not None:
+                    self.rejected[r.seq_id] = err
+                    log.warning("replica %s rejected sequence %d: %s", rid, r.seq_id, err)
+                    continue
+                self.sequences[r.seq_id].replica_id = rid
+                stats.dispatched += 1
+                if r.resume:
+                    resumed.setdefault(rid, []).append(r.seq_id)
         if resumed and self.measure_reprefill:
-            stats.reprefill_s += handle.first_tokens(resumed)
+            firsts = _fan_out({rid: live[rid] for rid in resumed}, "first_tokens",
+                              {rid: {"seq_ids": resumed[rid]} for rid in resumed})
+            stats.reprefill_s += sum(v for v in firsts.values()
+                                     if not isinstance(v, BaseException))
+            _raise_first(firsts)
+        _raise_first(errs)
 
     def collect(self) -> dict[int, SeqResult]:
         """Pops finished sequences from every replica (and any that an abort found
-        finished); marks them off their replica."""
+        finished), polling all replicas in one round; marks them off their replica."""
         self.lengths = {}
-        for rid, handle in self.replicas.items():
-            if hasattr(handle, "poll"):
-                done, self.lengths[rid] = handle.poll()
-            else:
-                done = handle.collect()
+        handles = dict(self.replicas.items())
+        polling = {rid: h for rid, h in handles.items() if hasattr(h, "poll")}
+        outs = _fan_out(polling, "poll", {rid: {} for rid in polling})
+        outs.update(_fan_out({rid: h for rid, h in handles.items() if rid not in polling},
+                             "collect", {rid: {} for rid in handles if rid not in polling}))
+        for rid, out in outs.items():
+            if isinstance(out, BaseException):
+                continue
+            done = out
+            if rid in polling:
+                done, self.lengths[rid] = out
             for res in done.values():
                 self._finish(res)
+        _raise_first(outs)
         out, self.finished = self.finished, {}
         return out
 
@@ -143,3 +171,43 @@ class GeneratorPort:
         if rid not in self.replicas:
             raise StateError(f"no generator replica {rid!r}; known: {sorted(self.replicas)}")
         return self.replicas[rid]
+
+
+def _fan_out(handles: Mapping[str, GeneratorHandle], method: str,
+             kwargs: Mapping[str, dict]) -> dict[str, object]:
+    """Calls ``method`` on every handle, all started before any is awaited (a handle with
+    ``start`` runs asynchronously; others run in turn). Returns replica id -> result, or
+    the exception that call raised: every call is waited for, so a failing replica never
+    leaves another's result (generated tokens) unread."""
+    started: dict[str, object] = {}
+    for rid, h in handles.items():
+        try:
+            if hasattr(h, "start"):
+                started[rid] = h.start(method, **kwargs[rid])
+            else:
+                started[rid] = _Done(getattr(h, method)(**kwargs[rid]))
+        except Exception as e:  # noqa: BLE001 - reported by _raise_first
+            started[rid] = _Done(e)
+    out: dict[str, object] = {}
+    for rid, p in started.items():
+        try:
+            out[rid] = p.get()
+        except Exception as e:  # noqa: BLE001 - reported by _raise_first
+            out[rid] = e
+    return out
+
+
+def _raise_first(results: Mapping[str, object]) -> None:
+    for rid, r in results.items():
+        if isinstance(r, BaseException):
+            raise r
+
+
+class _Done:
+    """An already finished call (a handle without ``start``) or its exception."""
+
+    def __init__(self, value: object):
+        self.value = value
+
+    def get(self) -> object:
+        return self.value
