@@ -8,6 +8,7 @@ free memory under a running step.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -36,6 +37,11 @@ class StepLoop:
         self.error: BaseException | None = None
         self._idle = idle_wait_s
         self._stop = False
+        # Callers waiting for the lock. The step thread lets them in before its next step:
+        # a lock is not fair, and a thread that re-takes it at once (under a CPU quota
+        # above all) can starve a caller for many steps.
+        self._waiting = 0
+        self._count = threading.Lock()
         # the step thread must run OpenMP like the thread vLLM bound at engine start: its
         # attention metadata and kernels each read the calling thread's thread count, and
         # a fresh thread defaults to every core ("thread_num == thread_num (2 vs. 1)")
@@ -64,10 +70,27 @@ class StepLoop:
                     self.engine.live.clear()
                 self.cond.notify_all()
             time.sleep(0)  # let waiting callers take the lock between steps
+            while self._waiting and not self._stop:
+                time.sleep(0.0002)
+
+    @contextlib.contextmanager
+    def _turn(self):
+        """The lock, taken between two steps, ahead of the step thread's next step."""
+        with self._count:
+            self._waiting += 1
+        try:
+            self.cond.acquire()
+        finally:
+            with self._count:
+                self._waiting -= 1
+        try:
+            yield
+        finally:
+            self.cond.release()
 
     def call(self, fn: Callable[[VllmEngine], R]) -> R:
         """Runs ``fn(engine)`` between two steps."""
-        with self.cond:
+        with self._turn():
             out = fn(self.engine)
             self.cond.notify_all()
             return out
@@ -76,7 +99,7 @@ class StepLoop:
         """Adds the sequences; per request None or the error that rejected it (only that
         request is lost)."""
         errs: list[str | None] = []
-        with self.cond:
+        with self._turn():
             for r in reqs:
                 try:
                     self.engine.submit(r)
@@ -90,7 +113,7 @@ class StepLoop:
         """Aborts running sequences (tokens kept); a sequence that already finished comes
         back as finished instead."""
         ids = list(seq_ids)
-        with self.cond:
+        with self._turn():
             out = self.engine.abort(ids)
             for s in ids:
                 if s not in out and s in self.done:
@@ -99,7 +122,7 @@ class StepLoop:
 
     def collect(self) -> dict[int, SeqResult]:
         """Pops every finished sequence."""
-        with self.cond:
+        with self._turn():
             out, self.done = self.done, {}
             return out
 
@@ -107,7 +130,7 @@ class StepLoop:
         """Pops every finished sequence and, in the same critical section, the current
         length (prompt + every token generated, across aborts) of each running one: the
         N_tok the scheduler's throughput model needs (sec. 6.1)."""
-        with self.cond:
+        with self._turn():
             out, self.done = self.done, {}
             return out, self.engine.lengths()
 
@@ -115,7 +138,7 @@ class StepLoop:
         """Blocks until every sequence in ``seq_ids`` finished; pops and returns them."""
         ids = set(seq_ids)
         deadline = time.monotonic() + timeout_s
-        with self.cond:
+        with self._turn():
             while not ids <= set(self.done):
                 lost = ids - set(self.done) - set(self.engine.live)
                 if lost:
@@ -130,7 +153,7 @@ class StepLoop:
         re-prefill is done); returns the sum of their submit-to-first-token seconds."""
         ids = list(seq_ids)
         deadline = time.monotonic() + timeout_s
-        with self.cond:
+        with self._turn():
             while True:
                 times = [self.engine.first_token_s(s) for s in ids
                          if s in self.engine.live]
