@@ -24,7 +24,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 log = logging.getLogger("profile_engine")
 
 
-def profile(engine, seqs: list[int], lengths: list[int], steps: int, rng: random.Random):
+def profile(engine, seqs: list[int], lengths: list[int], steps: int, rng: random.Random,
+            capped: bool = False):
     from pivot.roles.engine.requests import GenRequest, SampleSpec
     from pivot.scheduler.throughput import LatencySample
 
@@ -48,9 +49,11 @@ def profile(engine, seqs: list[int], lengths: list[int], steps: int, rng: random
                 engine.step()
                 lat.append(engine.last_step_s)
             engine.abort(ids)
-            # Other jobs on a shared machine only add time: keep the fastest step
-            # (min over the timed steps) as the engine's own latency.
-            samples.append(LatencySample(n, int(statistics.median(toks)), min(lat)))
+            # Uncapped: other jobs on a shared machine only add time, so the fastest step
+            # (min) is the engine's own latency. Under a CPU quota the throttled waits are
+            # part of a slot's real step time, so the mean is what sets its throughput.
+            est = statistics.fmean(lat) if capped else min(lat)
+            samples.append(LatencySample(n, int(statistics.median(toks)), est))
             log.info("N_seq=%3d context=%4d: min %.2f ms/step (median %.2f)", n, length,
                      1e3 * min(lat), 1e3 * statistics.median(lat))
     return samples
@@ -64,6 +67,9 @@ def main(argv=None) -> int:
     p.add_argument("--lengths", default="16,96,224")
     p.add_argument("--steps", type=int, default=12, help="timed decode steps per grid point")
     p.add_argument("--core", type=int, default=0)
+    p.add_argument("--cpu_share", type=float, default=0.0,
+                   help="cap this process like a local device slot (cgroup v1 quota, "
+                        "fraction of one core; gin LocalDriver.cpu_share); 0: no cap")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     sys.path.insert(0, ROOT)
@@ -80,14 +86,23 @@ def main(argv=None) -> int:
     cfg = EngineConfig(model, cache_dir=os.path.join(ROOT, "cache"), cpu_core=a.core,
                        max_num_seqs=max(seqs), num_blocks=max(1024, need // 32 + 64))
     engine = VllmEngine(cfg)
+    shares = None
+    if a.cpu_share > 0:
+        from pivot.local.cgroups import SlotCpuShares
+        shares = SlotCpuShares(a.cpu_share, name=f"pivot{os.getpid()}")
+        if not shares.assign(a.core, os.getpid()):
+            p.error("--cpu_share: no writable cgroup v1 cpu controller on this machine")
     # warm-up: the first steps of a fresh engine are slow
     profile(engine, [max(seqs)], [min(lengths)], 3, random.Random(1))
-    samples = profile(engine, seqs, lengths, a.steps, random.Random(0))
+    samples = profile(engine, seqs, lengths, a.steps, random.Random(0), capped=shares is not None)
+    if shares is not None:
+        shares.close()
     fit, report = fit_throughput_model(samples)
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     fit.save(a.out, fit=asdict(report), model_dir=model, engine=asdict(cfg),
              engine_start_s=engine.start_s, profile_s=time.perf_counter() - t0,
-             load_average=os.getloadavg(), estimator="min step latency per grid point",
+             load_average=os.getloadavg(), cpu_share=a.cpu_share or None,
+             estimator=("mean" if shares else "min") + " step latency per grid point",
              samples=[asdict(s) for s in samples])
     engine.shutdown()
     ThroughputModel.load(a.out)  # the scheduler can read it
