@@ -88,7 +88,12 @@ class LocalControl:
         self.planner_s.append(time.perf_counter() - t)
         if plan is not None:
             self.execute(plan)
-        self.trace.append({"time_s": self.clock() - self.t0, **self.allocation()})
+        self.trace.append({"time_s": self.clock() - self.t0, **self.allocation(),
+                           "training_busy": self.busy, "batch_ready": status.batch_ready,
+                           "queued": {r.value: self.fleet.schedulers[r].queue_size()
+                                      for r in INFERENCE_ROLES},
+                           "running": {r.value: self.fleet.schedulers[r].num_seqs()
+                                       for r in INFERENCE_ROLES}})
 
     def set_busy(self, busy: bool) -> None:
         self.busy = busy
