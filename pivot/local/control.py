@@ -92,7 +92,8 @@ class LocalControl:
                            "training_busy": self.busy, "batch_ready": status.batch_ready,
                            "queued": {r.value: self.fleet.schedulers[r].queue_size()
                                       for r in INFERENCE_ROLES},
-                           "running": {r.value: self.fleet.schedulers[r].num_seqs()
+                           "running": {r.value: (self.fleet.schedulers[r].num_seqs -
+                                                 self.fleet.schedulers[r].queue_size())
                                        for r in INFERENCE_ROLES}})
 
     def set_busy(self, busy: bool) -> None:

@@ -143,6 +143,7 @@ class LocalDriver:
         st = self.stack
         self.tok, self.source, self.ctl = st.tok, st.source, st.ctl
         self.kv_capacity, self.shares = st.kv_capacity, st.shares
+        self.max_num_seqs = st.max_num_seqs
         self.policy_dir, self.genrm_dir = st.policy_dir, st.genrm_dir
 
     def _control_plane(self):
@@ -153,7 +154,8 @@ class LocalDriver:
         g, d = self.group, self.dep
         sm = BinaryThroughputModel() if d.binary_scheduler else self.tm
         self.schedulers = {r: ShiftAwareScheduler(r, sm, migrate_on_shift_up=d.migrate_on_shift_up,
-                                                  kv_reserve=64) for r in INFERENCE_ROLES}
+                                                  kv_reserve=64, max_seqs=self.max_num_seqs)
+                           for r in INFERENCE_ROLES}
         eos = self.tok.eos_token_id
         ro_spec = SampleSpec(max_tokens=g.max_response_tokens, temperature=g.temperature,
                              stop_token_ids=(eos,) if eos is not None else ())

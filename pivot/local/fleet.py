@@ -197,7 +197,7 @@ class Fleet:
         return time.perf_counter() - t0
 
     def pending(self) -> int:
-        return sum(s.num_seqs() for s in self.schedulers.values())
+        return sum(s.num_seqs for s in self.schedulers.values())
 
 
 class RolloutService:

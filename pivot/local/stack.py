@@ -104,6 +104,7 @@ class LocalStack:
         ecfg = EngineConfig(self.policy_dir, max_model_len=self.max_model_len,
                             num_blocks=g.num_blocks, cache_dir=cache, seed=self.seed)
         self.kv_capacity = ecfg.kv_capacity
+        self.max_num_seqs = ecfg.max_num_seqs
         cores = os.cpu_count() or 1
         factories: dict[Role, Any] = {
             r: GeneratorFactory(r, ecfg, self.source, cores) for r in INFERENCE_ROLES}

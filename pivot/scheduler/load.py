@@ -27,9 +27,13 @@ class LoadArrays:
     """N_seq, N_tok and KV capacity of the active replicas as arrays, plus Dispatch's
     choice of replica (sec. 6.1): the eligible one with the largest gain Delta T_i."""
 
-    def __init__(self, model: ThroughputModel, kv_reserve: int = 0) -> None:
+    def __init__(self, model: ThroughputModel, kv_reserve: int = 0,
+                 max_seqs: int | None = None) -> None:
         self.model = model
         self.kv_reserve = kv_reserve
+        self.max_seqs = max_seqs
+        """Per-replica batch cap (the engine's ``max_num_seqs``): a replica at the cap is
+        not eligible, so sequences wait in the shared queue, not in an engine's own."""
         self._ids: list[str] = []
         self._index: dict[str, int] = {}
         self._nseq = np.zeros(0)
@@ -76,6 +80,8 @@ class LoadArrays:
         gains = self.model.gains_from_terms(self._num, self._den, length, self._tput,
                                             self._ntok)
         full = self._free < length + self.kv_reserve
+        if self.max_seqs is not None:
+            full |= self._nseq >= self.max_seqs
         if mask is not None:
             full |= ~mask
         gains[full] = -np.inf

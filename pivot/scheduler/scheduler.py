@@ -33,16 +33,21 @@ class ShiftAwareScheduler(LoadArrays):
             sequences.
         kv_reserve: extra free tokens a replica must have beyond a sequence's current length
             to be eligible (room to grow); 0 is the paper's rule.
+        max_seqs: a replica's batch cap (the engine's ``max_num_seqs``); a replica at it
+            is not eligible, so the sequence waits in the shared queue where a shift up
+            or migration can reach it; None: no cap (KV capacity only).
     """
 
     def __init__(self, role: Role, model: ThroughputModel,
                  priority: PriorityFn = by_sequence_id, migrate_on_shift_up: bool = True,
-                 kv_reserve: int = 0) -> None:
+                 kv_reserve: int = 0, max_seqs: int | None = None) -> None:
         if role not in (Role.ROLLOUT, Role.REWARD):
             raise StateError(f"the scheduler serves rollout or reward, not {role}")
         if kv_reserve < 0:
             raise StateError(f"kv_reserve must be >= 0, got {kv_reserve}")
-        super().__init__(model, kv_reserve)
+        if max_seqs is not None and max_seqs < 1:
+            raise StateError(f"max_seqs must be >= 1 or None, got {max_seqs}")
+        super().__init__(model, kv_reserve, max_seqs)
         self.role = role
         self.migrate_on_shift_up = migrate_on_shift_up
         self.queue = WaitingQueue(priority)
@@ -248,6 +253,40 @@ class ShiftAwareScheduler(LoadArrays):
     def num_seqs(self) -> int:
         """Running plus waiting sequences (N^Seq of eq. 1)."""
         return len(self.seqs)
+
+    def check_replica(self, replica_id: str) -> None:
+        """The part of ``check`` about one replica, in O(its sequences): its view, the
+        back-references of the sequences it runs, and its cached load."""
+        v = self.view(replica_id)
+        v.check()
+        for sid in v.running:
+            seq = self.seqs.get(sid)
+            if seq is None:
+                raise StateError(f"replica {replica_id} runs sequence {sid}, unknown to the "
+                                 f"scheduler")
+            if seq.replica_id != replica_id:
+                raise StateError(f"sequence {sid} believes it runs on {seq.replica_id}, not "
+                                 f"{replica_id}")
+            if sid in self.queue:
+                raise StateError(f"sequence {sid} must be either waiting or running "
+                                 f"(waiting=True, running=True)")
+        i = self._index.get(replica_id)
+        if i is None or self._nseq[i] != v.num_seqs or self._ntok[i] != v.num_tokens:
+            raise StateError(f"replica {replica_id}: cached load out of sync")
+
+    def check_sequence(self, seq_id: int) -> None:
+        """The part of ``check`` about one live sequence, in O(1): it waits in the queue or
+        runs on the replica it names, not both and not neither."""
+        seq = self.seqs.get(seq_id)
+        if seq is None:
+            raise StateError(f"sequence {seq_id} is not live")
+        rid = seq.replica_id
+        v = self.replicas.get(rid) if rid is not None else None
+        running = v is not None and seq_id in v.running
+        in_q = seq_id in self.queue
+        if in_q == running:
+            raise StateError(f"sequence {seq_id} must be either waiting or running "
+                             f"(waiting={in_q}, running={running})")
 
     def check(self) -> None:
         """Verifies every invariant; raises StateError naming the first violation."""

@@ -154,3 +154,18 @@ def test_a_lost_replica_requeues_its_sequences_with_their_tokens():
     assert {a.seq_id for a in actions} == set(lost)
     assert s.seqs[0].generated_len == 50 and actions[0].resume
     s.check()
+
+
+def test_a_replica_at_its_batch_cap_takes_no_more_and_the_rest_wait_in_the_shared_queue():
+    s = ShiftAwareScheduler(Role.ROLLOUT, MODEL, max_seqs=3)
+    s.add_replicas([ReplicaView(f"r{i}", Role.ROLLOUT, (i,), 100_000) for i in range(2)])
+    for i in range(8):
+        s.submit(seq(i))
+    s.dispatch()
+    assert sorted(len(v.running) for v in s.replicas.values()) == [3, 3]
+    assert s.queue_size() == 2
+    s.finish(next(iter(s.replicas["r0"].running)))
+    acts = s.dispatch()
+    assert [(a.seq_id, a.replica_id) for a in acts] == [(6, "r0")]
+    with pytest.raises(StateError, match="max_seqs"):
+        ShiftAwareScheduler(Role.ROLLOUT, MODEL, max_seqs=0)
