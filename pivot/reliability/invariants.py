@@ -6,12 +6,18 @@ every violation it finds, never repairing anything. ``PrefixLedger`` is the one 
 memory: it remembers the longest prefix each live sequence has had, so a resumed sequence
 whose tokens (or, in the simulator, length) fall behind it is caught.
 
+``check_state`` reads everything (O(devices + replicas + live sequences)); the per-item
+rules it shares with ``pivot.reliability.incremental`` (``replica_device``,
+``training_device``, ``engine_replica``) let that checker apply the same rules to only
+what an event touched.
+
 Invariants:
     I1 no sequence lost or duplicated: the live sequences of each role are exactly the
        expected ones, each either waiting or running on exactly one replica;
     I2 staleness: released rollout steps - policy version <= staleness + 1;
     I3 a device in one role at a time: every replica's devices are active in the device map
-       under that replica, no device in two replicas, lost devices in none;
+       under that replica, training's under training, no device in two replicas, lost
+       devices in none, every active device held;
     I4 KV capacity: no replica (scheduler view or engine) holds more tokens than it can;
     I5 prefix: a resumed sequence keeps its prefix (lengths never shrink; token ids extend).
 """
@@ -23,7 +29,7 @@ from dataclasses import dataclass, field
 
 from pivot.errors import PivotError, StateError
 from pivot.scheduler.scheduler import ShiftAwareScheduler
-from pivot.shifting.device_map import DeviceMap
+from pivot.shifting.device_map import DeviceMap, SlotState
 from pivot.shifting.role_shift import SlotKind
 from pivot.types import Role, SequenceState
 
@@ -121,18 +127,51 @@ def _devices(s: ControlState) -> list[str]:
                 if d in owner:
                     out.append(f"I3 device {d} held by both {owner[d]} and {rid}")
                 owner[d] = rid
-                st = states[d]
-                if st.kind is not SlotKind.ACTIVE or st.replica_id != rid or st.role is not role:
-                    out.append(f"I3 device {d} of {role.value} replica {rid} is "
-                               f"{st.describe()} in the device map")
+                out += replica_device(d, states[d], role, rid)
     for d in s.training_devices:
-        if states[d].kind is SlotKind.LOST:
-            out.append(f"I3 lost device {d} is held by training")
+        out += training_device(d, states[d])
     orphan = [d for d, st in enumerate(states)
               if st.kind is SlotKind.ACTIVE and d not in owner]
     if orphan:
         out.append(f"I3 devices {orphan[:10]} are active in the device map but no replica "
                    f"or training holds them")
+    return out
+
+
+def replica_device(d: int, st: SlotState, role: Role, rid: str) -> list[str]:
+    """I3 for one device a replica holds: active in the map, under that replica and role."""
+    if st.kind is not SlotKind.ACTIVE or st.replica_id != rid or st.role is not role:
+        return [f"I3 device {d} of {role.value} replica {rid} is {st.describe()} in the "
+                f"device map"]
+    return []
+
+
+def training_device(d: int, st: SlotState) -> list[str]:
+    """I3 for one device training holds: not lost, active in the map under training."""
+    if st.kind is SlotKind.LOST:
+        return [f"I3 lost device {d} is held by training"]
+    if st.kind is not SlotKind.ACTIVE or st.role is not Role.TRAINING:
+        return [f"I3 device {d} of training is {st.describe()} in the device map"]
+    return []
+
+
+def engine_replica(rid: str, eng: EngineReplica,
+                   running: Mapping[int, int] | None) -> list[str]:
+    """I4 (engine KV), I1 (same sequences as the scheduler's view ``running``) and I5
+    (engine lengths never behind the recorded ones) for one replica."""
+    out: list[str] = []
+    used = sum(eng.lengths.values())
+    if used > eng.kv_capacity:
+        out.append(f"I4 engine {rid}: {used} KV tokens exceed capacity {eng.kv_capacity}")
+    if running is None:
+        return out
+    if running.keys() != eng.lengths.keys():
+        out.append(f"I1 replica {rid}: scheduler runs {sorted(running)[:5]}, engine "
+                   f"{sorted(eng.lengths)[:5]}")
+    for sid, n in running.items():
+        if sid in eng.lengths and eng.lengths[sid] < n:
+            out.append(f"I5 sequence {sid} on {rid}: engine length {eng.lengths[sid]} "
+                       f"< recorded {n}")
     return out
 
 
@@ -145,19 +184,8 @@ def _engines(s: ControlState) -> list[str]:
         out.append(f"I3 scheduler replicas {sorted(set(views) - set(s.engines))[:5]} have no "
                    f"engine; engines {sorted(set(s.engines) - set(views))[:5]} no view")
     for rid, eng in s.engines.items():
-        used = sum(eng.lengths.values())
-        if used > eng.kv_capacity:
-            out.append(f"I4 engine {rid}: {used} KV tokens exceed capacity {eng.kv_capacity}")
         v = views.get(rid)
-        if v is None:
-            continue
-        if set(v.running) != set(eng.lengths):
-            out.append(f"I1 replica {rid}: scheduler runs {sorted(v.running)[:5]}, engine "
-                       f"{sorted(eng.lengths)[:5]}")
-        for sid, n in v.running.items():
-            if sid in eng.lengths and eng.lengths[sid] < n:
-                out.append(f"I5 sequence {sid} on {rid}: engine length {eng.lengths[sid]} "
-                           f"< recorded {n}")
+        out += engine_replica(rid, eng, None if v is None else v.running)
     return out
 
 
@@ -174,23 +202,34 @@ class PrefixLedger:
         Sequences no longer live are forgotten (they finished)."""
         out: list[str] = []
         for sid, seq in seqs.items():
-            self.checks += 1
-            old = self.lengths.get(sid, 0)
-            if seq.generated_len < old:
-                out.append(f"I5 sequence {sid}: generated {seq.generated_len} tokens, fewer "
-                           f"than the {old} it had before (prefix lost)")
-            self.lengths[sid] = max(old, seq.generated_len)
-            if seq.generated_tokens is not None:
-                prev = self.tokens.get(sid, [])
-                if seq.generated_tokens[:len(prev)] != prev:
-                    out.append(f"I5 sequence {sid}: token ids do not extend their prefix of "
-                               f"{len(prev)} tokens")
-                if len(seq.generated_tokens) >= len(prev):
-                    self.tokens[sid] = list(seq.generated_tokens)
+            out += self.observe_one(sid, seq)
         for sid in set(self.lengths) - set(seqs):
-            del self.lengths[sid]
-            self.tokens.pop(sid, None)
+            self.forget(sid)
         return out
+
+    def observe_one(self, sid: int, seq: SequenceState) -> list[str]:
+        """Checks one live sequence against its prefix, then records it (the incremental
+        checker calls this for the sequences an event touched)."""
+        out: list[str] = []
+        self.checks += 1
+        old = self.lengths.get(sid, 0)
+        if seq.generated_len < old:
+            out.append(f"I5 sequence {sid}: generated {seq.generated_len} tokens, fewer "
+                       f"than the {old} it had before (prefix lost)")
+        self.lengths[sid] = max(old, seq.generated_len)
+        if seq.generated_tokens is not None:
+            prev = self.tokens.get(sid, [])
+            if seq.generated_tokens[:len(prev)] != prev:
+                out.append(f"I5 sequence {sid}: token ids do not extend their prefix of "
+                           f"{len(prev)} tokens")
+            if len(seq.generated_tokens) >= len(prev):
+                self.tokens[sid] = list(seq.generated_tokens)
+        return out
+
+    def forget(self, sid: int) -> None:
+        """A sequence is no longer live (it finished)."""
+        self.lengths.pop(sid, None)
+        self.tokens.pop(sid, None)
 
 
 def raise_if(violations: list[str]) -> None:

@@ -4,10 +4,14 @@ checked after every event (reliability issue, item 2).
 
     report = run_soak(SoakConfig(devices=1024, target_shifts=10_000))
 
-The loop is ``SimDriver.run``'s, with three additions per event: the injectors, the
-invariant checker and the prefix ledger. When ``target_shifts`` is reached the workflow
-stops releasing steps and the run drains, so every released sequence must finish: a lost
-sequence would leave the workflow short of its last batch (and is counted, not hidden).
+The loop is ``SimDriver.run``'s, with two additions per event: the injectors and the
+invariant checker. Every event runs the incremental checker
+(``pivot.reliability.incremental``: I1 to I5 over what the event touched, plus O(1)
+counters), and every ``full_check_every`` events and at the end the full ``check_state``
+with the prefix ledger over every live sequence and a comparison of the incremental
+indexes with a rebuild. When ``target_shifts`` is reached the workflow stops releasing
+steps and the run drains, so every released sequence must finish: a lost sequence would
+leave the workflow short of its last batch (and is counted, not hidden).
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ from pivot.config import gin_setup
 from pivot.reliability.injectors import FlakyBackend, ForcedShiftPlanner, ReplicaKiller
 from pivot.shifting.role_shift import SlotKind
 from pivot.shifting.shifter import ShiftError
-from pivot.reliability.invariants import PrefixLedger, check_state, raise_if
-from pivot.reliability.sim_state import LiveIndex, expected_live, sim_state
+from pivot.reliability.incremental import IncrementalChecker
+from pivot.reliability.invariants import raise_if
+from pivot.reliability.sim_state import SimSource, expected_live
 from pivot.sim.engine import REPLICA, TICK, TRAIN_DONE, TRAIN_START
 from pivot.types import INFERENCE_ROLES, Role
 
@@ -41,7 +46,10 @@ class SoakConfig:
         tick_s: planner period (virtual seconds); small ticks make shifts frequent.
         kill_rate: expected replica kills per tick; down_s: how long their devices stay lost.
         prompts_per_step / n / medians / caps: a small workload (fast events).
-        check_every: run the checker after every n-th event (1: every event).
+        check_every: run the incremental checker after every n-th event (1: every
+            event; the journal accumulates in between, so nothing goes unchecked).
+        full_check_every: run the full check after every n-th event (and at the end).
+        max_wall_s: wall-clock bound; a soak past it stops and records a violation.
     """
 
     gin_file: str = "gin/qwen7b_30b.gin"
@@ -58,6 +66,7 @@ class SoakConfig:
     shift_fail_rate: float = 0.02
     """Probability that an inference shift up fails midway (its devices become LOST)."""
     check_every: int = 1
+    full_check_every: int = 1000
     max_wall_s: float = 900.0
 
 
@@ -69,7 +78,14 @@ class SoakReport:
     replica_shifts: int = 0
     events: int = 0
     invariant_checks: int = 0
+    """Checker passes (incremental plus full)."""
+    incremental_checks: int = 0
+    full_checks: int = 0
     prefix_checks: int = 0
+    checked_items: dict[str, int] = field(default_factory=dict)
+    """Sequences, replicas and devices the incremental passes checked (summed)."""
+    check_wall_s: dict[str, float] = field(default_factory=dict)
+    """Wall seconds in the incremental and the full checks."""
     faults_injected: int = 0
     faults_survived: int = 0
     devices_recovered: int = 0
@@ -80,6 +96,7 @@ class SoakReport:
     steps_trained: int = 0
     virtual_s: float = 0.0
     wall_s: float = 0.0
+    wall_ms_per_event: float = 0.0
     recover_virtual_s: dict[str, float] = field(default_factory=dict)
     """Virtual seconds from a kill until all its requeued sequences run again."""
     kill_handle_wall_s: dict[str, float] = field(default_factory=dict)
@@ -115,8 +132,6 @@ def run_soak(cfg: SoakConfig) -> SoakReport:
     driver = build_driver(cfg)
     c, wf = driver.cluster, driver.workflow
     killer = ReplicaKiller(np.random.default_rng(cfg.seed + 2), cfg.kill_rate, cfg.down_s)
-    ledger = PrefixLedger()
-    index = LiveIndex()
     flaky = FlakyBackend(driver.shifter.backend, np.random.default_rng(cfg.seed + 3),
                          cfg.shift_fail_rate)
     rep = SoakReport(cfg.devices)
@@ -129,13 +144,8 @@ def run_soak(cfg: SoakConfig) -> SoakReport:
     c.dispatch_dirty()
     c.push(0.0, TICK)
     draining = False
-
-    def check() -> None:
-        rep.invariant_checks += 1
-        v = check_state(sim_state(driver, index))
-        v += ledger.observe({s: q for sc in driver.schedulers.values()
-                             for s, q in sc.seqs.items()})
-        raise_if(v)
+    checker = IncrementalChecker(SimSource(driver))
+    raise_if(checker.full())
 
     while not wf.done:
         if not c.heap:
@@ -182,14 +192,21 @@ def run_soak(cfg: SoakConfig) -> SoakReport:
         c.dispatch_dirty()
         killer.track(driver)
         rep.events += 1
-        if rep.events % cfg.check_every == 0:
-            check()
-    check()
+        if rep.events % cfg.full_check_every == 0:
+            raise_if(checker.full())
+        elif rep.events % cfg.check_every == 0:
+            raise_if(checker.check())
+    raise_if(checker.full())
+    st = checker.stats
+    rep.incremental_checks, rep.full_checks = st.incremental, st.full
+    rep.invariant_checks = st.incremental + st.full
+    rep.checked_items = {"sequences": st.seqs, "replicas": st.replicas, "devices": st.devices}
+    rep.check_wall_s = {"incremental": st.incremental_s, "full": st.full_s}
     rep.faults_injected = killer.killed + flaky.failed
     rep.devices_recovered = killer.recovered
     rep.faults_survived = rep.faults_injected if not rep.violations and wf.done else 0
     rep.sequences_requeued_by_faults = killer.requeued
-    rep.prefix_checks = ledger.checks
+    rep.prefix_checks = checker.ledger.checks
     live = expected_live(wf)
     rep.sequences_released = sum(1 for s, it in wf.items.items() if s == it.response_id)
     rep.sequences_finished = sum(1 for s, it in wf.items.items()
@@ -199,6 +216,7 @@ def run_soak(cfg: SoakConfig) -> SoakReport:
     rep.steps_trained = wf.version
     rep.virtual_s = driver.clock.now
     rep.wall_s = time.perf_counter() - wall0
+    rep.wall_ms_per_event = 1000 * rep.wall_s / max(rep.events, 1)
     if killer.recover_s:
         r = np.array(killer.recover_s)
         rep.recover_virtual_s = {"mean": float(r.mean()), "p50": float(np.median(r)),

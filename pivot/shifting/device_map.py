@@ -4,6 +4,8 @@ Sec. 5.2 and sec. 4 ("Workflow"): a device belongs to exactly one role at a time
 idle, shifting, or lost. Every change goes through ``SLOT_TRANSITIONS`` and is recorded as a
 timestamped ``MapEvent``; time comes from an injectable clock so the simulator can use
 virtual time. The monitor and the traces read the events; ``replay`` rebuilds the map.
+Lookups by kind, by replica and of a device's last role are indexed as transitions are
+applied, so no query scans the event history (which grows with the run).
 """
 
 from __future__ import annotations
@@ -78,6 +80,13 @@ class DeviceMap:
     clock: Clock = time.monotonic
     states: list[SlotState] = field(init=False)
     events: list[MapEvent] = field(init=False, default_factory=list)
+    _last_active: list[Role | None] = field(init=False, repr=False, compare=False)
+    """Device -> role it was last ACTIVE in (what a scan of ``events`` would find)."""
+    _by_replica: dict[str, set[int]] = field(init=False, repr=False, compare=False,
+                                             default_factory=dict)
+    """Replica id -> devices whose state names it (active or shifting)."""
+    _by_kind: dict[SlotKind, set[int]] = field(init=False, repr=False, compare=False)
+    """Slot kind -> devices in it."""
 
     def __post_init__(self) -> None:
         self.device_host = tuple(self.device_host)
@@ -86,6 +95,9 @@ class DeviceMap:
         if any(h < 0 for h in self.device_host):
             raise StateError(f"DeviceMap: host indices must be >= 0, got {self.device_host}")
         self.states = [IDLE] * len(self.device_host)
+        self._last_active = [None] * len(self.device_host)
+        self._by_kind = {k: set() for k in SlotKind}
+        self._by_kind[SlotKind.IDLE].update(range(len(self.device_host)))
 
     # ---- queries -------------------------------------------------------------------
     @property
@@ -97,7 +109,12 @@ class DeviceMap:
         return self.states[device]
 
     def devices_in(self, kind: SlotKind) -> tuple[int, ...]:
-        return tuple(d for d, s in enumerate(self.states) if s.kind is kind)
+        """Devices in ``kind``, ascending (from the index: O(devices in kind))."""
+        return tuple(sorted(self._by_kind[kind]))
+
+    def count(self, kind: SlotKind) -> int:
+        """How many devices are in ``kind`` (O(1))."""
+        return len(self._by_kind[kind])
 
     def replicas(self, role: Role | None = None) -> dict[str, tuple[int, ...]]:
         """Active replicas (id -> devices), optionally of one role."""
@@ -108,8 +125,8 @@ class DeviceMap:
         return {k: tuple(v) for k, v in out.items()}
 
     def replica_devices(self, replica_id: str) -> tuple[int, ...]:
-        """Devices whose state names ``replica_id`` (active or shifting)."""
-        return tuple(d for d, s in enumerate(self.states) if s.replica_id == replica_id)
+        """Devices whose state names ``replica_id`` (active or shifting), ascending."""
+        return tuple(sorted(self._by_replica.get(replica_id, ())))
 
     # ---- transitions ---------------------------------------------------------------
     def begin_shift_down(self, devices: Iterable[int], to_role: Role | None = None) -> None:
@@ -199,12 +216,26 @@ class DeviceMap:
         self.states[device] = after
         self.events.append(MapEvent(self.clock(), device, self.device_host[device],
                                     transition, before, after))
+        self._index(device, before, after)
+
+    def _index(self, device: int, before: SlotState, after: SlotState) -> None:
+        """Keeps the lookups in step with ``states`` (O(1) per transition)."""
+        if before.kind is SlotKind.ACTIVE:
+            self._last_active[device] = before.role
+        self._by_kind[before.kind].discard(device)
+        self._by_kind[after.kind].add(device)
+        if before.replica_id is not None:
+            devs = self._by_replica[before.replica_id]
+            devs.discard(device)
+            if not devs:
+                del self._by_replica[before.replica_id]
+        if after.replica_id is not None:
+            self._by_replica.setdefault(after.replica_id, set()).add(device)
 
     def _last_role(self, device: int) -> Role | None:
-        for e in reversed(self.events):
-            if e.device == device and e.before.kind is SlotKind.ACTIVE:
-                return e.before.role
-        return None
+        """The role ``device`` was last active in: the ``before.role`` of its latest event
+        that left ACTIVE (indexed, not a scan of the event history)."""
+        return self._last_active[device]
 
     def _devices(self, devices: Iterable[int], change: str) -> tuple[int, ...]:
         devs = tuple(devices)

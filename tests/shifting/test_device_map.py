@@ -132,4 +132,36 @@ def test_random_shift_sequences_never_assign_a_device_twice_and_replay(ops):
         assert len(dm.replicas(Role.TRAINING)) <= 1
         assert not dm.devices_in(SlotKind.SHIFTING_UP)
         assert not dm.devices_in(SlotKind.SHIFTING_DOWN)
+        _assert_indexes_match_scans(dm)
     assert replay(dm.device_host, dm.events) == dm.states
+
+
+def _assert_indexes_match_scans(dm: DeviceMap) -> None:
+    """The map's lookups (kind, replica, last role) equal scans of its states and events."""
+    for kind in SlotKind:
+        want = tuple(d for d, s in enumerate(dm.states) if s.kind is kind)
+        assert dm.devices_in(kind) == want and dm.count(kind) == len(want)
+    for rid in {s.replica_id for s in dm.states if s.replica_id} | {"nobody"}:
+        assert dm.replica_devices(rid) == tuple(
+            d for d, s in enumerate(dm.states) if s.replica_id == rid)
+    for d in range(dm.num_devices):
+        last = next((e.before.role for e in reversed(dm.events)
+                     if e.device == d and e.before.kind is SlotKind.ACTIVE), None)
+        assert dm._last_role(d) is last
+
+
+def test_the_indexed_lookups_follow_shifts_losses_and_recoveries():
+    dm = deployed()
+    _assert_indexes_match_scans(dm)
+    dm.begin_shift_down((0, 1), to_role=Role.REWARD)
+    _assert_indexes_match_scans(dm)
+    dm.end_shift_down((0, 1))
+    dm.mark_lost((2,), "died")
+    _assert_indexes_match_scans(dm)
+    assert dm.replica_devices("rm-0") == () and dm.devices_in(SlotKind.LOST) == (2,)
+    dm.recover((2,))
+    dm.begin_shift_up((2, 0), Role.REWARD, "rm-1")
+    assert dm.state(0).from_role is Role.ROLLOUT and dm.state(2).from_role is Role.REWARD
+    dm.end_shift_up((0, 2))
+    _assert_indexes_match_scans(dm)
+    assert dm.replica_devices("rm-1") == (0, 2)
