@@ -1,6 +1,6 @@
 """The local driver's measurements, one command each (results/local/<what>.json and .png).
 
-    python launchers/local_experiments.py throughput [--steps 5]   # 4 deployments, ratios
+    python launchers/local_experiments.py throughput [--steps 10]  # 4 deployments, ratios
     python launchers/local_experiments.py trace [--from_throughput] # fig. 10, a PivotRL run
     python launchers/local_experiments.py overheads                # fig. 12 / table 3
     python launchers/local_experiments.py convergence [--steps 20] # fig. 15, 2 seeds
@@ -150,9 +150,14 @@ def main() -> int:
         subprocess.run([sys.executable, "analysis/local_plots.py", "trace"], cwd=ROOT,
                        check=False)
         return 0
+    if a.what == "throughput":
+        # A throughput-bound workload: 32 prompts x 4 responses put each replica past the
+        # throughput model's knee (24 sequences, results/profile_tiny_share50.json); at
+        # the default 8 prompts every deployment is bound by sequence latency instead.
+        a.gin_param = ["PromptStream.prompts_per_step = 32", *a.gin_param]
     gin_setup.parse(["gin/tiny_cpu.gin"], a.gin_param)
     if a.what == "throughput":
-        deps, seeds, steps, ev = a.deployments or THROUGHPUT, a.seeds or [0], a.steps or 5, -1
+        deps, seeds, steps, ev = a.deployments or THROUGHPUT, a.seeds or [0], a.steps or 10, -1
     elif a.what == "convergence":
         deps, seeds, steps, ev = a.deployments or CONVERGENCE, a.seeds or [0, 1], a.steps or 20, 5
     else:

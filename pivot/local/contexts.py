@@ -139,8 +139,13 @@ class SlotTrainerContext:
                 "items": self.trainer.context_items()}
 
     # ---- training calls (SlotActor.invoke) ---------------------------------------
-    def train_step(self, batch: TrainBatch) -> dict[str, float]:
-        """One GRPO update: forward_backward on the whole batch, then optim_step."""
+    def train_step(self, batch: TrainBatch, version: int | None = None) -> dict[str, float]:
+        """One GRPO update: forward_backward on the whole batch, then optim_step.
+
+        ``version``: the policy version being trained (the loop's); training moves between
+        slots, so a slot's own counter would drift from it."""
+        if version is not None:
+            self.trainer.version = version
         if self._pending_opt is not None:
             self.trainer.optimizer.load_state_dict(self._pending_opt)
             self._pending_opt = None

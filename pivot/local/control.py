@@ -136,7 +136,7 @@ class LocalTrainer:
             self.ctl.invoke(dev, "reset_optimizer")
         self._fresh = False
         t = time.perf_counter()
-        m = self.ctl.invoke(dev, "train_step", batch=batch)
+        m = self.ctl.invoke(dev, "train_step", batch=batch, version=version)
         m["trainer/step_s"] = time.perf_counter() - t
         if self.keep_optimizer:
             self.optimizer = self.ctl.invoke(dev, "optimizer_state")
