@@ -44,19 +44,62 @@ def overheads(d: dict) -> None:
     fig.savefig(OUT / "overheads.png", dpi=120)
 
 
+def convergence_summary(d: dict, base: str = "colocated", tail: int = 10) -> dict:
+    """Fig. 15's criterion: is each deployment's reward-against-steps curve (mean over
+    seeds) inside the spread (min..max over seeds) of ``base``'s? Per deployment: the
+    share of steps inside it, the mean reward of the last ``tail`` steps (mean and spread
+    over seeds) and the last validation accuracy@1 of each seed."""
+    by: dict[str, list[dict]] = {}
+    for r in d["runs"]:
+        by.setdefault(r["deployment"], []).append(r)
+    ref = by.get(base, [])
+    n = min((len(r["reward"]) for rs in by.values() for r in rs), default=0)
+    lo = [min(r["reward"][i] for r in ref) for i in range(n)] if ref else []
+    hi = [max(r["reward"][i] for r in ref) for i in range(n)] if ref else []
+    out = {"base": base, "steps": n, "tail": tail, "deployments": {}}
+    for dep, rs in sorted(by.items()):
+        mean = [sum(r["reward"][i] for r in rs) / len(rs) for i in range(n)]
+        inside = sum(lo[i] <= mean[i] <= hi[i] for i in range(n)) if ref else None
+        tails = [sum(r["reward"][n - tail:n]) / tail for r in rs] if n >= tail else []
+        out["deployments"][dep] = {
+            "seeds": [r["seed"] for r in rs],
+            "steps_inside_base_spread": inside,
+            "share_inside_base_spread": inside / n if ref and n else None,
+            "tail_reward_mean": sum(tails) / len(tails) if tails else None,
+            "tail_reward_spread": [min(tails), max(tails)] if tails else None,
+            "final_val_accuracy_at_1": [next((v for v in reversed(r["val_acc"])
+                                              if v is not None), None) for r in rs],
+            "wall_s": [r["wall_s"] for r in rs]}
+    return out
+
+
 def convergence(d: dict) -> None:
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+    fig, axes = plt.subplots(2, 2, figsize=(9, 6))
     for r in d["runs"]:
         lab = f"{r['deployment']} s{r['seed']}"
-        axes[0].plot(range(1, len(r["reward"]) + 1), r["reward"], label=lab)
-        axes[1].plot(r["time_s"], r["reward"], label=lab)
-    axes[0].set_xlabel("RL step")
-    axes[1].set_xlabel("wall-clock s")
-    for ax in axes:
-        ax.set_ylabel("mean reward")
-    axes[0].legend(fontsize=7)
+        steps = range(1, len(r["reward"]) + 1)
+        axes[0, 0].plot(steps, r["reward"], label=lab)
+        axes[0, 1].plot(r["time_s"], r["reward"], label=lab)
+        val = [(i + 1, t, v) for i, (t, v) in enumerate(zip(r["time_s"], r["val_acc"]))
+               if v is not None]
+        if val:
+            axes[1, 0].plot([x[0] for x in val], [x[2] for x in val], "o-", label=lab)
+            axes[1, 1].plot([x[1] for x in val], [x[2] for x in val], "o-", label=lab)
+    for ax in axes[:, 0]:
+        ax.set_xlabel("RL step")
+    for ax in axes[:, 1]:
+        ax.set_xlabel("wall-clock s")
+    for ax in axes[0]:
+        ax.set_ylabel("mean reward (verifiable + GenRM)")
+    for ax in axes[1]:
+        ax.set_ylabel("validation accuracy@1")
+    axes[0, 0].legend(fontsize=6)
+    fig.suptitle("Convergence on the local CPU (fig. 15 analogue)")
     fig.tight_layout()
     fig.savefig(OUT / "convergence.png", dpi=120)
+    summary = convergence_summary(d)
+    (OUT / "convergence_summary.json").write_text(json.dumps(summary, indent=1))
+    print(json.dumps(summary, indent=1))
 
 
 def trace(d: dict) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shutil
 import statistics
 import subprocess
 import sys
@@ -71,6 +72,7 @@ def run_all(runs: list[tuple[str, int]], steps: int, eval_every: int, tag: str) 
     try:
         for dep, seed in runs:
             run_dir = OUT / "runs" / f"{tag}_{dep}_s{seed}"
+            shutil.rmtree(run_dir, ignore_errors=True)   # a rerun starts clean (no resume)
             d = build_driver(dep, seed, steps, run_dir, stack, eval_every)
             try:
                 res = d.run().to_dict(trace=True)
