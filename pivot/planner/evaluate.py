@@ -39,7 +39,7 @@ def simulate_shift_up(load: RoleLoad, model: ThroughputModel,
                       new_devices: Sequence[tuple[int, ...]], migrate: bool = True,
                       kv_reserve: int = 0) -> float:
     """T of ``load``'s role after adding empty replicas on ``new_devices`` (alg. 4)."""
-    state = WhatIfLoad(load, model, kv_reserve)
+    state = WhatIfLoad(load, model, kv_reserve, record_actions=False)
     views = [ReplicaView(f"__up{i}", load.role, devs, load.kv_capacity)
              for i, devs in enumerate(new_devices)]
     shift_up_migration(state, views, migrate=migrate)
@@ -49,7 +49,7 @@ def simulate_shift_up(load: RoleLoad, model: ThroughputModel,
 def simulate_shift_down(load: RoleLoad, model: ThroughputModel, replica_ids: Iterable[str],
                         kv_reserve: int = 0) -> float:
     """T of ``load``'s role after evacuating ``replica_ids`` (alg. 3)."""
-    state = WhatIfLoad(load, model, kv_reserve)
+    state = WhatIfLoad(load, model, kv_reserve, record_actions=False)
     shift_down_migration(state, list(replica_ids))
     return state.aggregate_throughput()
 
@@ -63,12 +63,17 @@ class IncrementalShiftUp:
     candidates cost about one migration to K replicas instead of K of them. The warm start
     can settle in a slightly different local optimum than a cold alg. 4 run (within 1% in
     tests/planner/test_evaluate.py); the executor's real migration is always cold.
+
+    The what-if state builds no actions and keeps alg. 4's shortest-sequence heaps from
+    one candidate to the next (``WhatIfLoad.shortest_heaps``), so a step costs about its
+    own moves; tests/planner/test_evaluate_reference.py checks that every step's
+    throughput is bit-identical to the real scheduler running the same migrations.
     """
 
     def __init__(self, load: RoleLoad, model: ThroughputModel, migrate: bool = True,
                  kv_reserve: int = 0) -> None:
         self._load, self._model, self._migrate = load, model, migrate
-        self._state = WhatIfLoad(load, model, kv_reserve)
+        self._state = WhatIfLoad(load, model, kv_reserve, record_actions=False)
         self._k = 0
 
     def throughput_with(self, new_devices: Sequence[tuple[int, ...]]) -> float:
@@ -98,7 +103,8 @@ class IncrementalShiftDown:
     def throughput_without(self, replica_ids: Iterable[str]) -> float:
         ids = list(replica_ids)
         if self._state is None or not self._done.issubset(ids):
-            self._state = WhatIfLoad(self._load, self._model, self._reserve)
+            self._state = WhatIfLoad(self._load, self._model, self._reserve,
+                                     record_actions=False)
             self._done = set()
         extra = [r for r in ids if r not in self._done]
         if extra:

@@ -39,6 +39,19 @@ class LoadArrays:
         self._nseq = np.zeros(0)
         self._ntok = np.zeros(0)
         self._cap = np.zeros(0)
+        # The scalar throughput of the base model is inlined in ``_adjust``; subclasses
+        # (the ablation's binary model, test doubles) keep their own.
+        self._plain_model = type(model).throughput is ThroughputModel.throughput
+
+    record_actions = True
+    """False in the planner's scratch copies: their callers only read throughputs, so
+    dispatch, abort and move skip building ``Action`` objects and return empty lists."""
+
+    def shortest_heaps(self) -> dict[int, list[tuple[int, int]]]:
+        """Per-replica min-heaps of (length, sequence id) for alg. 4's "shortest sequence"
+        choice, keyed by replica index. This backend keeps none between calls: alg. 4 builds
+        them lazily from ``running`` and keeps them in step with its own moves."""
+        return {}
 
     def _set_arrays(self, ids: list[str], nseq: list[int], ntok: list[int],
                     cap: list[int]) -> None:
@@ -47,21 +60,43 @@ class LoadArrays:
         self._nseq = np.array(nseq, dtype=float)
         self._ntok = np.array(ntok, dtype=float)
         self._cap = np.array(cap, dtype=float)
+        self._derive()
+
+    def _derive(self) -> None:
+        """Free KV, T_i and the ``after_terms`` of every replica from N_seq and N_tok."""
         self._free = self._cap - self._ntok
         self._tput = self.model.throughputs(self._nseq, self._ntok)
         self._num, self._den = self.model.after_terms(self._nseq, self._ntok)
 
     def _adjust(self, i: int, dseq: int, dtok: int) -> None:
-        """The one place a replica's load changes; keeps free KV and T_i in step."""
-        n = self._nseq[i] + dseq
-        t = self._ntok[i] + dtok
+        """The one place a replica's load changes; keeps free KV, T_i and the
+        ``after_terms`` in step. It is on the planner's hot path, so it works on Python
+        floats (numpy scalars are slow) and spells ``max(B, C N)`` as a conditional; the
+        operations are the model's own, so the values are bit-identical to them."""
+        n = self._nseq.item(i) + dseq
+        t = self._ntok.item(i) + dtok
         self._nseq[i] = n
         self._ntok[i] = t
-        self._free[i] = self._cap[i] - t
+        self._free[i] = self._cap.item(i) - t
         m = self.model
-        self._tput[i] = m.throughput(int(n), int(t))
+        A, B, C, D = m.A, m.B, m.C, m.D
+        if self._plain_model:
+            # ThroughputModel.throughput (sec. 6.1): T_i = N / (A N_tok + max(B, C N) + D).
+            cn = C * n
+            self._tput[i] = n / (A * t + (cn if cn > B else B) + D) if n > 0 else 0.0
+        else:
+            self._tput[i] = m.throughput(int(n), int(t))
+        # after_terms: N + 1 and A N_tok + max(B, C (N + 1)) + D.
         self._num[i] = n + 1.0
-        self._den[i] = m.A * t + max(m.B, m.C * (n + 1.0)) + m.D
+        cn = C * (n + 1.0)
+        self._den[i] = A * t + (cn if cn > B else B) + D
+
+    def move_taken(self, seq_id: int, src: int, dst: int, length: int) -> list[Action]:
+        """``move`` for alg. 4's loop, which has already taken the sequence's ``length``
+        off ``src`` in the load arrays (``_adjust(src, -1, -length)``) to evaluate the
+        move. This backend undoes that and moves; ``WhatIfLoad`` skips the round trip."""
+        self._adjust(src, 1, length)
+        return self.move(seq_id, src, dst)
 
     def mask_of(self, replica_ids: Iterable[str] | None) -> np.ndarray | None:
         if replica_ids is None:
@@ -74,11 +109,21 @@ class LoadArrays:
         return mask
 
     def best_replica(self, length: int, mask: np.ndarray | None = None) -> int | None:
-        """Index of the eligible replica with the largest gain, or None if none has room."""
+        """Index of the eligible replica with the largest gain, or None if none has room.
+
+        Ties go to the lowest index (``argmax``). Usually the unrestricted argmax is
+        eligible, and then it is also the first maximum among the eligible replicas, so the
+        eligibility arrays are only built when it is not.
+        """
         if not self._ids:
             return None
         gains = self.model.gains_from_terms(self._num, self._den, length, self._tput,
                                             self._ntok)
+        i = int(gains.argmax())
+        if not (self._free[i] < length + self.kv_reserve
+                or (self.max_seqs is not None and self._nseq[i] >= self.max_seqs)
+                or (mask is not None and not mask[i])):
+            return i
         full = self._free < length + self.kv_reserve
         if self.max_seqs is not None:
             full |= self._nseq >= self.max_seqs
@@ -109,12 +154,23 @@ class WhatIfLoad(LoadArrays):
     Waiting sequences keep their queue order (``RoleLoad.waiting`` is in priority order);
     an aborted sequence re-enters the queue ordered by its sequence id, which matches the
     default priority.
+
+    Unlike the real scheduler it keeps alg. 4's per-replica shortest-sequence heaps between
+    migrations (``shortest_heaps``), so the planner's incremental shift up (one more replica
+    per candidate) does not rebuild a heap for every replica it takes a sequence from.
+
+    Args:
+        record_actions: False for the planner, which only reads throughputs: the
+            operations then return empty action lists instead of building them.
     """
 
-    def __init__(self, load: RoleLoad, model: ThroughputModel, kv_reserve: int = 0) -> None:
+    def __init__(self, load: RoleLoad, model: ThroughputModel, kv_reserve: int = 0,
+                 record_actions: bool = True) -> None:
         super().__init__(model, kv_reserve)
+        self.record_actions = record_actions
         self._base: list[Mapping[int, int]] = [r.running for r in load.replicas]
         self._own: dict[int, dict[int, int]] = {}
+        self._heaps: dict[int, list[tuple[int, int]]] = {}
         self._set_arrays([r.replica_id for r in load.replicas],
                          [r.num_seqs for r in load.replicas],
                          [r.num_tokens for r in load.replicas],
@@ -132,6 +188,13 @@ class WhatIfLoad(LoadArrays):
             self._own[i] = dict(self._base[i])
         return self._own[i]
 
+    def shortest_heaps(self) -> dict[int, list[tuple[int, int]]]:
+        """The heaps persist: a heap's top is the minimum (length, id) of its replica's
+        running set whatever history built it, so reusing one changes no choice of alg. 4.
+        ``dispatch``, ``abort`` and ``_remove_replicas`` keep them in step; ``move`` does
+        not, its one caller (alg. 4) updates them for its own moves."""
+        return self._heaps
+
     def queue_size(self) -> int:
         return len(self._queue)
 
@@ -141,10 +204,14 @@ class WhatIfLoad(LoadArrays):
             if v.replica_id in self._index:
                 raise StateError(f"replica {v.replica_id} is already active")
         self._base.extend(v.running for v in views)
-        self._set_arrays(self._ids + [v.replica_id for v in views],
-                         list(self._nseq) + [v.num_seqs for v in views],
-                         list(self._ntok) + [v.num_tokens for v in views],
-                         list(self._cap) + [v.kv_capacity for v in views])
+        self._ids = self._ids + [v.replica_id for v in views]
+        for k, v in enumerate(views, start=len(self._ids) - len(views)):
+            self._index[v.replica_id] = k
+        grow = lambda a, xs: np.concatenate([a, np.array(xs, dtype=float)])
+        self._nseq = grow(self._nseq, [v.num_seqs for v in views])
+        self._ntok = grow(self._ntok, [v.num_tokens for v in views])
+        self._cap = grow(self._cap, [v.kv_capacity for v in views])
+        self._derive()
 
     def _remove_replicas(self, replica_ids: Iterable[str]) -> None:
         drop = {self._index[r] for r in replica_ids}
@@ -152,8 +219,11 @@ class WhatIfLoad(LoadArrays):
         for i in drop:
             if self.running(i):
                 raise StateError(f"replica {self._ids[i]} still runs sequences")
-        self._base = [self.running(i) for i in keep]
+        new_index = {old: new for new, old in enumerate(keep)}
+        own, base = self._own, self._base
+        self._base = [own[i] if i in own else base[i] for i in keep]
         self._own = {}
+        self._heaps = {new_index[i]: h for i, h in self._heaps.items() if i in new_index}
         self._ids = [self._ids[i] for i in keep]
         self._index = {rid: i for i, rid in enumerate(self._ids)}
         k = np.array(keep, dtype=int)
@@ -162,13 +232,15 @@ class WhatIfLoad(LoadArrays):
 
     def abort(self, replica_id: str, which: str | int = "all") -> list[Abort]:
         i = self._index[replica_id]
+        self._heaps.pop(i, None)
+        record = self.record_actions
         if which == "all":
             run = self.running(i)
             for sid, length in run.items():
                 heapq.heappush(self._queue, ((sid, -1), sid, length))
-            out = [Abort(sid, replica_id) for sid in run]
+            out = [Abort(sid, replica_id) for sid in run] if record else []
             self._own[i] = {}
-            self._adjust(i, -len(out), -sum(run.values()))
+            self._adjust(i, -len(run), -sum(run.values()))
             return out
         run = self._mut(i)
         if which == "shortest":
@@ -180,21 +252,30 @@ class WhatIfLoad(LoadArrays):
             length = run.pop(sid)
             self._adjust(i, -1, -length)
             heapq.heappush(self._queue, ((sid, -1), sid, length))
-            out.append(Abort(sid, replica_id))
+            if record:
+                out.append(Abort(sid, replica_id))
         return out
 
     def dispatch(self, replica_ids: Iterable[str] | None = None) -> list[Dispatch]:
         mask = self.mask_of(replica_ids)
         out = []
-        while self._queue:
-            _, sid, length = self._queue[0]
+        queue, heaps, own, record = self._queue, self._heaps, self._own, self.record_actions
+        while queue:
+            _, sid, length = queue[0]
             i = self.best_replica(length, mask)
             if i is None:
                 break
-            heapq.heappop(self._queue)
-            self._mut(i)[sid] = length
+            heapq.heappop(queue)
+            run = own.get(i)
+            if run is None:
+                run = own[i] = dict(self._base[i])  # _mut, inlined
+            run[sid] = length
             self._adjust(i, 1, length)
-            out.append(Dispatch(sid, self._ids[i]))
+            h = heaps.get(i)
+            if h is not None:
+                heapq.heappush(h, (length, sid))
+            if record:
+                out.append(Dispatch(sid, self._ids[i]))
         return out
 
     def move(self, seq_id: int, src: int, dst: int) -> list[Action]:
@@ -202,4 +283,16 @@ class WhatIfLoad(LoadArrays):
         self._adjust(src, -1, -length)
         self._mut(dst)[seq_id] = length
         self._adjust(dst, 1, length)
+        return self._moved(seq_id, src, dst)
+
+    def move_taken(self, seq_id: int, src: int, dst: int, length: int) -> list[Action]:
+        """``move`` when the arrays already count ``length`` off ``src`` (see LoadArrays)."""
+        del self._mut(src)[seq_id]
+        self._mut(dst)[seq_id] = length
+        self._adjust(dst, 1, length)
+        return self._moved(seq_id, src, dst)
+
+    def _moved(self, seq_id: int, src: int, dst: int) -> list[Action]:
+        if not self.record_actions:
+            return []
         return [Abort(seq_id, self._ids[src]), Dispatch(seq_id, self._ids[dst], resume=True)]

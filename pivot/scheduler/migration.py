@@ -8,6 +8,7 @@ Both reduce to the two operations of alg. 2, Abort and Dispatch. They run on any
 from __future__ import annotations
 
 import heapq
+import itertools
 
 from pivot.errors import StateError
 from pivot.scheduler.actions import Abort, Action, Dispatch
@@ -59,14 +60,16 @@ def shift_up_migration(sched: LoadArrays, up: list[ReplicaView],
 
     model = sched.model
     ids = sched._ids
-    nseq, ntok = sched._nseq, sched._ntok
-    # Per-replica min-heaps of (length, sequence id), built on first use; only the moves
-    # below change the running sets while the loop runs.
-    shortest: dict[int, list[tuple[int, int]]] = {}
+    nseq, ntok, tput = sched._nseq, sched._ntok, sched._tput  # updated in place below
+    record = sched.record_actions
+    # Per-replica min-heaps of (length, sequence id), built on first use (or kept by the
+    # backend from an earlier migration); only the moves below change the running sets
+    # while the loop runs, and the loop keeps the heaps in step with them.
+    shortest = sched.shortest_heaps()
     origin: dict[int, str] = {}  # first replica a migrated sequence left
     final: dict[int, str] = {}   # where it ends up
     version = [0] * len(ids)
-    heap = [(-sched.throughput_at(i), 0, i) for i in range(len(ids))]
+    heap = list(zip((-tput).tolist(), itertools.repeat(0), range(len(ids))))
     heapq.heapify(heap)
     for _ in range(int(nseq.sum())):
         while heap and heap[0][1] != version[heap[0][2]]:
@@ -82,27 +85,29 @@ def shift_up_migration(sched: LoadArrays, up: list[ReplicaView],
             break
         length, sid = heap_src[0]
         # Tentatively take it off, pick the destination Dispatch would choose.
-        t_src = sched.throughput_at(src)
+        t_src = tput.item(src)
         sched._adjust(src, -1, -length)
-        t_src_after = sched.throughput_at(src)
+        t_src_after = tput.item(src)
         dst = sched.best_replica(length)
-        sched._adjust(src, 1, length)
         if dst is None or dst == src:
+            sched._adjust(src, 1, length)
             break
-        t_dst = sched.throughput_at(dst)
-        t_dst_after = model.throughput(int(nseq[dst]) + 1, int(ntok[dst]) + length)
+        t_dst = tput.item(dst)
+        t_dst_after = model.throughput(int(nseq.item(dst)) + 1, int(ntok.item(dst)) + length)
         delta = t_src_after - t_src + t_dst_after - t_dst
         if delta <= 0:
+            sched._adjust(src, 1, length)
             break
-        sched.move(sid, src, dst)
+        sched.move_taken(sid, src, dst, length)  # src already counts the sequence off
         heapq.heappop(heap_src)
         if dst in shortest:
             heapq.heappush(shortest[dst], (length, sid))
-        origin.setdefault(sid, ids[src])
-        final[sid] = ids[dst]
+        if record:
+            origin.setdefault(sid, ids[src])
+            final[sid] = ids[dst]
         for i in (src, dst):
             version[i] += 1
-            heapq.heappush(heap, (-sched.throughput_at(i), version[i], i))
+            heapq.heappush(heap, (-tput.item(i), version[i], i))
     # A sequence may move more than once; the driver sees one abort and one dispatch.
     for sid, src_id in origin.items():
         if final[sid] != src_id:
