@@ -21,6 +21,8 @@ def register() -> None:
     import pivot.planner  # noqa: F401  (PivotPlanner, NoShiftPlanner, ...)
     import pivot.sim  # noqa: F401
     import pivot.local.driver  # noqa: F401  (LocalDriver, LocalGroup, PromptStream, LoopConfig)
+    import pivot.reliability.injectors  # noqa: F401  (forced_shift_planner)
+    import pivot.reliability.local_checks  # noqa: F401  (LocalChecker)
 
 
 @gin.configurable("run")
@@ -30,7 +32,9 @@ def build_driver(driver=gin.REQUIRED):
 
 
 def parse(gin_files: list[str], bindings: list[str]) -> None:
-    """Parses files then ``--gin_param`` overrides; raises ConfigError naming the problem."""
+    """Parses files then ``--gin_param`` overrides; raises ConfigError naming the problem
+    (and leaves no partial config behind: configurables built later in the same process,
+    e.g. by tests, see none of a failed parse's bindings)."""
     register()
     gin.clear_config()
     for f in gin_files:
@@ -40,6 +44,7 @@ def parse(gin_files: list[str], bindings: list[str]) -> None:
     try:
         gin.parse_config_files_and_bindings(gin_files, bindings, skip_unknown=False)
     except (ValueError, KeyError, ImportError, NameError, SyntaxError) as e:
+        gin.clear_config()
         raise ConfigError(f"bad gin config in {', '.join(gin_files) or '(none)'} / bindings "
                           f"{bindings}: {e}. Fix the named binding (see gin/base.gin for "
                           f"the configurables and their parameters)") from None

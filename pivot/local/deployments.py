@@ -1,11 +1,12 @@
 """The four deployments of sec. 8.2 on the local driver's 4 slots, as Python objects (the
 same as gin/local/*.gin over gin/tiny_cpu.gin), for tests and the measurements that run
-them back to back on one ``LocalStack``."""
+them back to back on one ``LocalStack``; and ``FORCED_SHIFTS``, the reliability run's."""
 
 from __future__ import annotations
 
 from pivot.planner.pivot_planner import PivotPlanner
 from pivot.planner.strategies import NoShiftPlanner
+from pivot.reliability.injectors import forced_shift_planner
 from pivot.sim.deployment import Deployment
 from pivot.sim.phased import ColocatedPlanner, RolloutRewardColocatedPlanner
 
@@ -20,3 +21,9 @@ LOCAL_DEPLOYMENTS: dict[str, Deployment] = {
     # 3 rollout / 1 reward at first; training shifts up when its batch is ready
     "pivotrl": Deployment("pivotrl", PivotPlanner, 2, 3, 1, False),
 }
+
+FORCED_SHIFTS = Deployment("forced_shifts", forced_shift_planner, 2, 3, 1, False)
+"""PivotRL's start (3 rollout / 1 reward; training shifts up when its batch is ready, down
+when idle) under a random rollout <-> reward shift at every planner tick (reliability
+issue, item 4; gin/local/forced_shifts.gin). Not one of the four: the measurements that
+iterate ``LOCAL_DEPLOYMENTS`` leave it out."""

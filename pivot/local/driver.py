@@ -90,6 +90,10 @@ class LocalDriver:
         run_dir: the run folder (metrics.jsonl, allocation_trace.json, checkpoints).
         stack: a started ``LocalStack`` to reuse (its engines are not restarted; its
             engine seed is used); None starts and stops one for this run.
+        observer: checks the run as it goes, e.g. ``pivot.reliability.local_checks.
+            LocalChecker``: ``attach(driver, workflow)`` once the control plane is built,
+            ``finish()`` after the loop, ``report()`` into ``LocalResult.extra["checks"]``;
+            None (the default) adds nothing to the run.
     """
 
     def __init__(self, group: LocalGroup = gin.REQUIRED, deployment: Deployment = gin.REQUIRED,
@@ -98,7 +102,8 @@ class LocalDriver:
                  throughput: tuple[float, float, float, float] = (2e-6, 0.012, 6e-4, 0.002),
                  tau_inference: float = 0.5, tau_training: float = 1.0,
                  cpu_share: float = 0.5, lr: float = 1e-5, eval_every: int = 0,
-                 resume: bool = False, run_dir: str | None = None, stack=None):
+                 resume: bool = False, run_dir: str | None = None, stack=None,
+                 observer: Any = None):
         if steps < 1:
             raise ConfigError(f"LocalDriver.steps must be >= 1, got {steps}")
         group.check()
@@ -109,6 +114,7 @@ class LocalDriver:
         self.cpu_share, self.eval_every, self.resume = cpu_share, eval_every, resume
         self.run_dir = Path(run_dir) if run_dir else None
         self.stack, self._own_stack = stack, False
+        self.observer = observer
         self.train_needed = 1   # one single-process trainer (no DP across slots here)
         if deployment.training_devices not in (0, -1, 1):
             raise ConfigError(f"Deployment.training_devices={deployment.training_devices}: "
@@ -158,7 +164,9 @@ class LocalDriver:
                            for r in INFERENCE_ROLES}
         eos = self.tok.eos_token_id
         ro_spec = SampleSpec(max_tokens=g.max_response_tokens, temperature=g.temperature,
-                             stop_token_ids=(eos,) if eos is not None else ())
+                             ignore_eos=g.ignore_eos,
+                             stop_token_ids=(eos,) if eos is not None and not g.ignore_eos
+                             else ())
         rm_spec = SampleSpec(max_tokens=g.max_judge_tokens, temperature=0.0,
                              stop_token_ids=(eos,) if eos is not None else ())
         encode = lambda s: self.tok(s)["input_ids"]  # noqa: E731
@@ -233,6 +241,8 @@ class LocalDriver:
         loop = RLLoop(wf, rollout, reward, self.trainer, self.control, self.loop_cfg,
                       run_dir=run_dir, on_step=on_step)
         self.loop = loop
+        if self.observer is not None:
+            self.observer.attach(self, wf)
         allocation = None
         if self.resume:
             found = checkpoint.load_latest(run_dir) if run_dir else None
@@ -245,6 +255,10 @@ class LocalDriver:
         startup = time.perf_counter() - t0
         log.info("start-up %.1f s; running %s for %d steps", startup, self.dep.name, self.steps)
         hist = loop.run()
+        checks = None
+        if self.observer is not None:
+            self.observer.finish()
+            checks = self.observer.report()
         res = LocalResult(self.group.name, self.dep.name, self.seed, hist, self.control.trace,
                           self.control.shifts, time.perf_counter() - t0, startup,
                           {"max_staleness": wf.max_lag_seen,
@@ -255,6 +269,8 @@ class LocalDriver:
                                               max(len(self.control.planner_s), 1)),
                            "cpu_share": self.cpu_share, "policy_dir": self.policy_dir,
                            "data_order": loop.data_order})
+        if checks is not None:
+            res.extra["checks"] = checks
         if run_dir is not None:
             (run_dir / "allocation_trace.json").write_text(json.dumps(
                 {"trace": res.trace, "shifts": res.shifts}))

@@ -33,6 +33,9 @@ class LocalGroup:
         n: responses per prompt (GRPO group).
         max_response_tokens / max_judge_tokens: generation caps.
         temperature: rollout sampling temperature (the GenRM judges greedily).
+        ignore_eos: every response runs to ``max_response_tokens``, past EOS (load and
+            reliability runs: the tiny policy often stops within a few tokens, too soon
+            for a shift to land mid-generation); the reward sees the whole text.
         num_blocks: KV blocks of 32 tokens per engine.
         gb_per_slot: resident memory of one slot (engine + trainer), for the fit check.
         memory_budget_gb: what the slots may use together on this shared machine.
@@ -47,6 +50,7 @@ class LocalGroup:
     max_response_tokens: int = 48
     max_judge_tokens: int = 48
     temperature: float = 1.0
+    ignore_eos: bool = False
     num_blocks: int = 256
     gb_per_slot: float = 2.5
     memory_budget_gb: float = 12.0

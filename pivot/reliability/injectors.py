@@ -4,6 +4,8 @@
 plan (one replica of one inference role shifts down, idle and freed devices shift up into
 the other), so a run shifts far more often than the benefit rule would allow. Training
 shifts as the base planner's ``training_up`` says, and back down to the idle pool when idle.
+``forced_shift_planner`` builds one as a ``Deployment.planner`` (the local driver's forced
+shifts, ``gin/local/forced_shifts.gin``).
 
 ``ReplicaKiller`` kills a random inference replica (its process "dies"): the scheduler's
 ``lose_replica`` is the forced shift down, the device map marks its devices LOST, and after
@@ -15,11 +17,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+import gin
 import numpy as np
 
 from pivot.planner.base import Planner
 from pivot.planner.plan import ShiftDown, ShiftPlan
 from pivot.planner.shift_pairs import _host_groups
+from pivot.planner.shift_pairs import devices_per_host as largest_host
 from pivot.shifting.role_shift import SlotKind
 from pivot.types import INFERENCE_ROLES, Role, WorkloadSnapshot
 
@@ -30,16 +34,24 @@ class ForcedShiftPlanner(Planner):
     """Args:
         rollout_model / reward_model: throughput models (for training's donor order).
         replica_devices: devices of one replica of each inference role.
-        devices_per_host: host size (a replica stays on one host).
+        devices_per_host: host size (a replica stays on one host); None: the snapshot's
+            largest host (the local driver's slots are all on one host).
         rng: randomness.
         min_replicas: a donor role keeps at least this many replicas.
+        donate_p: probability that the donor role gives up a replica (when it can).
+        feasible_only: when the drawn role could receive nothing (its donor is at
+            ``min_replicas`` and no device is idle), shift the other way instead, so that
+            on a few devices nearly every tick shifts (the local driver's 4 slots); False
+            keeps the draw (and the random stream) as it is.
     """
 
     def __init__(self, rollout_model, reward_model, replica_devices: dict[Role, int],
-                 devices_per_host: int, rng: np.random.Generator, min_replicas: int = 1):
+                 devices_per_host: int | None, rng: np.random.Generator,
+                 min_replicas: int = 1, donate_p: float = 0.7, feasible_only: bool = False):
         super().__init__(rollout_model, reward_model)
         self.size, self.per_host = replica_devices, devices_per_host
         self.rng, self.min_replicas = rng, min_replicas
+        self.donate_p, self.feasible_only = donate_p, feasible_only
 
     def _plan(self, snap: WorkloadSnapshot) -> ShiftPlan | None:
         tr = snap.training
@@ -51,11 +63,14 @@ class ForcedShiftPlanner(Planner):
                 return ShiftPlan(Role.ROLLOUT, (ShiftDown(Role.TRAINING, None, tr.devices),),
                                  groups[:1], reason="forced: training idle")
         up = INFERENCE_ROLES[int(self.rng.integers(2))]
-        donor_role = Role.REWARD if up is Role.ROLLOUT else Role.ROLLOUT
+        if self.feasible_only and not self._can_receive(up, snap):
+            other = _other(up)
+            up = other if self._can_receive(other, snap) else up
+        donor_role = _other(up)
         donors = snap.role_load(donor_role).replicas
         down: tuple[ShiftDown, ...] = ()
         freed: tuple[int, ...] = ()
-        if len(donors) > self.min_replicas and self.rng.random() < 0.7:
+        if len(donors) > self.min_replicas and self.rng.random() < self.donate_p:
             r = donors[int(self.rng.integers(len(donors)))]
             down, freed = (ShiftDown(donor_role, r.replica_id, r.devices),), r.devices
         groups = self._groups(up, freed + snap.idle_devices, snap)
@@ -64,10 +79,46 @@ class ForcedShiftPlanner(Planner):
         k = 1 + int(self.rng.integers(min(len(groups), 2)))
         return ShiftPlan(up, down, tuple(groups[:k]), reason="forced shift")
 
+    def _can_receive(self, role: Role, snap: WorkloadSnapshot) -> bool:
+        """Some devices could shift up into ``role``: its donor has a replica to spare,
+        or a replica's worth of devices is idle."""
+        spare = len(snap.role_load(_other(role)).replicas) > self.min_replicas
+        return spare or bool(self._groups(role, snap.idle_devices, snap))
+
     def _groups(self, role: Role, devices, snap: WorkloadSnapshot) -> tuple:
         devs = sorted(set(devices) - set(snap.lost_devices))
+        per_host = self.per_host or largest_host(snap)
         return tuple(tuple(g) for g in _host_groups(devs, snap.device_host, self.size[role],
-                                                    self.per_host))
+                                                    per_host))
+
+
+def _other(role: Role) -> Role:
+    """The other inference role."""
+    return Role.REWARD if role is Role.ROLLOUT else Role.ROLLOUT
+
+
+@gin.configurable
+def forced_shift_planner(rollout_model, reward_model, seed: int = 0,
+                         replica_devices: int = 1, devices_per_host: int | None = None,
+                         min_replicas: int = 1, donate_p: float = 1.0,
+                         feasible_only: bool = True) -> ForcedShiftPlanner:
+    """A ``Deployment.planner`` factory (called as ``planner(rollout_model, reward_model)``)
+    of random forced shifts for the local driver (reliability issue, item 4):
+    ``Deployment.planner = @forced_shift_planner`` (``gin/local/forced_shifts.gin``).
+
+    Args:
+        rollout_model / reward_model: the throughput models the driver passes.
+        seed: seed of the planner's own numpy generator (shift choices).
+        replica_devices: devices of one rollout and one reward replica (1: one slot).
+        devices_per_host: host size; None: the device map's (every local slot).
+        min_replicas: a donor role keeps at least this many replicas.
+        donate_p / feasible_only: see ``ForcedShiftPlanner``; the defaults make every tick
+            shift on the local driver's few slots (one replica flips role, at random).
+    """
+    size = {Role.ROLLOUT: replica_devices, Role.REWARD: replica_devices}
+    return ForcedShiftPlanner(rollout_model, reward_model, size, devices_per_host,
+                              np.random.default_rng(seed), min_replicas, donate_p,
+                              feasible_only)
 
 
 @dataclass

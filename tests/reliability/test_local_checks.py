@@ -1,0 +1,200 @@
+"""The local driver's invariant checker on the real fleet, schedulers, device map and
+workflow, over in-process fake engines (no vLLM, no Monarch): a clean run through abort and
+resume has no violation and counts the resume; each kind of corruption is caught."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from pivot.local.fleet import Fleet
+from pivot.reliability.invariants import InvariantError
+from pivot.reliability.local_checks import LocalChecker
+from pivot.rl.data import PromptStream
+from pivot.rl.staleness import StalenessBound
+from pivot.rl.workflow import RLWorkflow
+from pivot.roles.engine.requests import SampleSpec, SeqResult
+from pivot.scheduler.scheduler import ShiftAwareScheduler
+from pivot.scheduler.throughput import ThroughputModel
+from pivot.shifting.device_map import DeviceMap
+from pivot.shifting.role_shift import SlotKind
+from pivot.types import INFERENCE_ROLES, ReplicaView, Role
+
+KV = 1000
+
+
+class FakeEngine:
+    """One slot's engine: sequences advance one token per ``step``."""
+
+    def __init__(self):
+        self.live: dict[int, tuple[int, list[int]]] = {}
+        self.done: dict[int, SeqResult] = {}
+
+    def submit(self, reqs):
+        for r in reqs:
+            self.live[r.seq_id] = (len(r.prompt), list(r.generated))
+        return [None] * len(reqs)
+
+    def abort(self, seq_ids):
+        out = {}
+        for s in seq_ids:
+            p, toks = self.live.pop(s)
+            out[s] = SeqResult(s, p, toks, [0.0] * len(toks), "abort")
+        return out
+
+    def step(self, token: int = 5):
+        for _, toks in self.live.values():
+            toks.append(token)
+
+    def finish(self, sid: int, tokens: list[int] | None = None):
+        p, toks = self.live.pop(sid)
+        toks = toks if tokens is None else tokens
+        self.done[sid] = SeqResult(sid, p, toks, [0.0] * len(toks), "length")
+
+    def poll(self):
+        out, self.done = self.done, {}
+        return out, {s: p + len(t) for s, (p, t) in self.live.items()}
+
+
+class FakeCtl:
+    """The mesh controller's calls the fleet and the checker make."""
+
+    def __init__(self, devices: int = 4):
+        self.device_map = DeviceMap((0,) * devices)
+        self.engines = [FakeEngine() for _ in range(devices)]
+        self.slot_override: dict[int, tuple] = {}
+
+    def invoke(self, device, method, **kwargs):
+        return getattr(self.engines[device], method)(**kwargs)
+
+    def invoke_start(self, device, method, **kwargs):
+        out = self.invoke(device, method, **kwargs)
+        return SimpleNamespace(get=lambda: out)
+
+    def describe_all(self):
+        out = []
+        for d, st in enumerate(self.device_map.states):
+            role, rid = (st.role, st.replica_id) if st.kind is SlotKind.ACTIVE else (None, None)
+            role, rid = self.slot_override.get(d, (role, rid))
+            out.append({"role": role, "replica_id": rid})
+        return out
+
+
+def _up(ctl, scheds, role, rid, device):
+    ctl.device_map.begin_shift_up((device,), role, rid)
+    ctl.device_map.end_shift_up((device,))
+    scheds[role].add_replicas([ReplicaView(rid, role, (device,), KV)])
+
+
+@pytest.fixture
+def run():
+    """A fleet with rollout replica r0 (device 0) and reward replica r1 (device 1), the
+    released trajectories of steps 0 and 1 submitted, a checker attached."""
+    ctl = FakeCtl()
+    scheds = {r: ShiftAwareScheduler(r, ThroughputModel(1e-6, 0.01, 4e-4, 0.0))
+              for r in INFERENCE_ROLES}
+    _up(ctl, scheds, Role.ROLLOUT, "r0", 0)
+    _up(ctl, scheds, Role.REWARD, "r1", 1)
+    spec = SampleSpec(max_tokens=8)
+    fleet = Fleet(ctl, scheds, lambda ids: " ".join(map(str, ids)), lambda s: [1, 2, 3],
+                  spec, spec)
+    wf = RLWorkflow(PromptStream(prompts_per_step=1, num_val=4), 2, 2, StalenessBound(2),
+                    lambda s: [1, 2, 3])
+    control = SimpleNamespace(tick=lambda status: None, training_devices=lambda: (),
+                              busy=False)
+    driver = SimpleNamespace(fleet=fleet, control=control, ctl=ctl, kv_capacity=KV,
+                             dep=SimpleNamespace(staleness=2), resume=False)
+    checker = LocalChecker(slot_every=1)
+    checker.attach(driver, wf)
+    trajs = wf.release()
+    fleet.submit(Role.ROLLOUT, trajs)
+    return SimpleNamespace(ctl=ctl, scheds=scheds, fleet=fleet, wf=wf, control=control,
+                           checker=checker, trajs=trajs)
+
+
+def _deliver(r):
+    """What the loop does with finished responses and judgements."""
+    for x in r.fleet.responses:
+        t = r.wf.responded(x.traj_id, x.tokens, x.logprobs, x.text, x.finish_reason)
+        r.fleet.submit(Role.REWARD, [t])
+    r.fleet.responses = []
+    for j in r.fleet.judgements:
+        r.wf.judged(j.traj_id, j.text)
+    r.fleet.judgements = []
+
+
+def test_a_clean_run_through_abort_and_resume_has_no_violation(run):
+    eng = run.ctl.engines[0]
+    eng.step(7)
+    eng.step(8)
+    run.fleet.apply(run.scheds[Role.ROLLOUT].abort("r0"))   # as a shift down would
+    run.control.tick(None)
+    run.fleet.dispatch()                                     # resumed on r0
+    assert all(toks == [7, 8] for _, toks in eng.live.values())
+    eng.step(9)
+    for sid in list(eng.live):
+        eng.finish(sid)
+    run.fleet.poll()
+    _deliver(run)
+    for sid in list(run.ctl.engines[1].live):
+        run.ctl.engines[1].finish(sid)
+    run.fleet.poll()
+    run.control.tick(None)
+    _deliver(run)
+    for _ in range(2):
+        run.wf.take_batch()
+        run.wf.trained()
+    run.checker.finish()
+    c = run.checker.report()
+    assert c["violations"] == 0, c["messages"]
+    assert c["checks"] == {"tick": 2, "poll": 2, "end": 1} and c["slot_checks"] == 3
+    assert c["aborts"] == 4 and c["aborted_with_tokens"] == 4 and c["resumed"] == 4
+    assert c["finished"] == 8 and c["prefix_checks"] == 12
+
+
+def test_a_resumed_sequence_whose_tokens_lost_their_prefix_is_caught(run):
+    eng = run.ctl.engines[0]
+    eng.step(7)
+    run.fleet.apply(run.scheds[Role.ROLLOUT].abort("r0"))
+    run.fleet.dispatch()
+    sid = min(eng.live)
+    eng.finish(sid, tokens=[6, 6])
+    run.fleet.poll()
+    msgs = run.checker.report()["messages"]
+    assert any(f"I5 sequence {sid}" in m for m in msgs), msgs
+
+
+@pytest.mark.parametrize("corrupt, want", [
+    ("drop_from_scheduler", "I1 rollout: sequences [0] lost"),
+    ("engine_runs_unknown", "I1 engine r0 runs sequences [999]"),
+    ("engine_over_kv", "I4 engine r0"),
+    ("slot_in_other_role", "I3 slot 2 holds reward"),
+    ("device_left_shifting", "I3 device 3 left shifting_up"),
+    ("rejected_dispatch", "I1 engines rejected sequences [2]"),
+])
+def test_each_corruption_is_caught(run, corrupt, want):
+    sched = run.scheds[Role.ROLLOUT]
+    if corrupt == "drop_from_scheduler":
+        sched.abort("r0")   # back in the queue, then gone
+        sched.queue.remove(0)
+        del sched.seqs[0]
+    elif corrupt == "engine_runs_unknown":
+        run.ctl.engines[0].live[999] = (3, [])
+    elif corrupt == "engine_over_kv":
+        run.ctl.engines[0].live[0] = (KV, [1])
+    elif corrupt == "slot_in_other_role":
+        run.ctl.slot_override[2] = (Role.REWARD, "r9")
+    elif corrupt == "device_left_shifting":
+        run.ctl.device_map.begin_shift_up((3,), Role.REWARD, "r5")
+    elif corrupt == "rejected_dispatch":
+        run.fleet.port.rejected[2] = "no room"
+    run.fleet.poll()
+    run.control.tick(None)
+    msgs = run.checker.report()["messages"]
+    assert any(want in m for m in msgs), msgs
+
+
+def test_strict_raises_at_the_first_violation(run):
+    run.checker.strict = True
+    run.ctl.engines[0].live[999] = (3, [])
+    with pytest.raises(InvariantError, match="999"):
+        run.fleet.poll()
