@@ -119,29 +119,21 @@ def _journal_schedulers(schedulers: Mapping[Role, ShiftAwareScheduler], t: Touch
                 return f(seq, rid)
             return _place
 
-        def unplace(f, t=t, seqs=seqs):
-            def _unplace(seq_id):
+        def by_seq_id(f, t=t, seqs=seqs):
+            """``_unplace`` and ``finish``: the sequence and the replica it leaves."""
+            def _by_seq_id(seq_id):
                 t.seqs.add(seq_id)
                 seq = seqs.get(seq_id)
                 if seq is not None and seq.replica_id is not None:
                     t.replicas.add(seq.replica_id)
                 return f(seq_id)
-            return _unplace
+            return _by_seq_id
 
         def submit(f, t=t):
             def _submit(seq):
                 t.seqs.add(seq.seq_id)
                 return f(seq)
             return _submit
-
-        def finish(f, t=t, seqs=seqs):
-            def _finish(seq_id):
-                t.seqs.add(seq_id)
-                seq = seqs.get(seq_id)
-                if seq is not None and seq.replica_id is not None:
-                    t.replicas.add(seq.replica_id)
-                return f(seq_id)
-            return _finish
 
         def update_lengths(f, t=t):
             def _update_lengths(rid, lengths):
@@ -167,9 +159,9 @@ def _journal_schedulers(schedulers: Mapping[Role, ShiftAwareScheduler], t: Touch
             return _remove_replicas
 
         _wrap(sched, "_place", place)
-        _wrap(sched, "_unplace", unplace)
+        _wrap(sched, "_unplace", by_seq_id)
         _wrap(sched, "submit", submit)
-        _wrap(sched, "finish", finish)
+        _wrap(sched, "finish", by_seq_id)
         _wrap(sched, "update_lengths", update_lengths)
         _wrap(sched, "add_replicas", add_replicas)
         _wrap(sched, "_remove_replicas", remove_replicas)
