@@ -166,6 +166,10 @@ def main() -> int:
         deps, seeds, steps, ev = a.deployments or ["pivotrl"], a.seeds or [0], a.steps or 6, -1
     t = time.perf_counter()
     rows = run_all([(d, s) for s in seeds for d in deps], steps, ev, a.what)
+    if a.what == "convergence":
+        # fig. 15 needs the per-step curves only; each run's result.json keeps its trace
+        rows = [{k: v for k, v in r.items() if k not in ("trace", "shift_records")}
+                for r in rows]
     out = {"what": a.what, "steps": steps, "wall_s": time.perf_counter() - t,
            "gin_params": a.gin_param, "runs": rows}
     if a.what == "throughput":
