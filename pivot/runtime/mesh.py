@@ -94,14 +94,27 @@ class MeshController:
 
     # ---- SlotBackend -----------------------------------------------------------------
     def shift_down(self, role: Role, replica_id: str, devices: tuple[int, ...]) -> ShiftResult:
-        futs = [self.slots[d].shift_down.call_one(role, replica_id) for d in devices]
-        return ShiftResult(_slowest([f.get(timeout=self.timeout) for f in futs]))
+        return self.start_shift_down(role, replica_id, devices).get()
 
     def shift_up(self, role: Role, replica_id: str, devices: tuple[int, ...]) -> ShiftResult:
+        return self.start_shift_up(role, replica_id, devices).get()
+
+    def start_shift_down(self, role: Role, replica_id: str,
+                         devices: tuple[int, ...]) -> "_PendingShift":
+        """Starts the shift down on every device of the replica; ``.get()`` waits."""
+        futs = [self.slots[d].shift_down.call_one(role, replica_id) for d in devices]
+        return _PendingShift(futs, self.timeout,
+                             lambda rs: ShiftResult(_slowest(rs)))
+
+    def start_shift_up(self, role: Role, replica_id: str,
+                       devices: tuple[int, ...]) -> "_PendingShift":
+        """Starts the shift up on every device of the replica; ``.get()`` waits."""
         futs = [self.slots[d].shift_up.call_one(role, replica_id) for d in devices]
-        results = [f.get(timeout=self.timeout) for f in futs]
-        kv = min(k for _, k in results) if role is not Role.TRAINING else 0
-        return ShiftResult(_slowest([p for p, _ in results]), kv)
+
+        def done(results: list) -> ShiftResult:
+            kv = min(k for _, k in results) if role is not Role.TRAINING else 0
+            return ShiftResult(_slowest([p for p, _ in results]), kv)
+        return _PendingShift(futs, self.timeout, done)
 
     # ---- inspection and role-specific calls ------------------------------------------
     def describe(self, device: int) -> dict[str, Any]:
@@ -223,3 +236,13 @@ class _Pending:
 
     def get(self) -> Any:
         return self.fut.get(timeout=self.timeout)
+
+
+class _PendingShift:
+    """A started shift on a replica's slots (``start_shift_down`` / ``start_shift_up``)."""
+
+    def __init__(self, futs: list, timeout: float | None, combine: Callable[[list], ShiftResult]):
+        self.futs, self.timeout, self.combine = futs, timeout, combine
+
+    def get(self) -> ShiftResult:
+        return self.combine([f.get(timeout=self.timeout) for f in self.futs])

@@ -159,30 +159,34 @@ class ShiftExecutor:
                     report.migration_down.add(self.replicas.apply(actions))
             report.stage_s[stage] = clock() - t
 
+            # Donors shift down together, then the new replicas shift up together: their
+            # slot work overlaps where the backend allows (``Shifter.shift_*_many``).
             stage = "shift_down"
             t = clock()
-            for d in donors:
-                if d.role is None:
-                    continue
-                t0 = clock()
-                # A plan with no shift-up group only releases its donors to the idle pool.
-                res = self.shifter.shift_down(d.replica_id,
-                                              plan.up_role if plan.up_devices else None)
-                report.down.append(ShiftRecord("down", d.role, d.replica_id, d.devices,
-                                               res.phases, clock() - t0))
+            real = [d for d in donors if d.role is not None]
+            # A plan with no shift-up group only releases its donors to the idle pool.
+            results = self.shifter.shift_down_many([d.replica_id for d in real],
+                                                   plan.up_role if plan.up_devices else None)
+            for d, res in zip(real, results):
+                if not isinstance(res, ShiftError):
+                    report.down.append(ShiftRecord("down", d.role, d.replica_id, d.devices,
+                                                   res.phases, res.seconds))
+            _raise_first(results)
             report.stage_s[stage] = clock() - t
 
             stage = "shift_up"
             t = clock()
-            for devs in plan.up_devices:
-                rid = self.new_replica_id(plan.up_role)
-                t0 = clock()
-                res = self.shifter.shift_up(plan.up_role, rid, devs)
+            ids = [self.new_replica_id(plan.up_role) for _ in plan.up_devices]
+            results = self.shifter.shift_up_many(plan.up_role, list(zip(ids, plan.up_devices)))
+            for rid, devs, res in zip(ids, plan.up_devices, results):
+                if isinstance(res, ShiftError):
+                    continue
                 report.up.append(ShiftRecord("up", plan.up_role, rid, devs, res.phases,
-                                             clock() - t0))
+                                             res.seconds))
                 if plan.up_role is not Role.TRAINING:
                     report.new_replicas.append(
                         ReplicaView(rid, plan.up_role, devs, res.kv_capacity))
+            _raise_first(results)
             report.stage_s[stage] = clock() - t
 
             stage = "migrate_up"
@@ -269,3 +273,10 @@ class ShiftExecutor:
                     f"ShiftPlan.up_devices: devices {missing} are neither idle nor freed by "
                     f"the plan's donors ({[dm.state(x).describe() for x in missing if 0 <= x < dm.num_devices]})")
         return donors
+
+
+def _raise_first(results: Sequence[object]) -> None:
+    """Raises the first per-replica ShiftError of a ``Shifter.shift_*_many`` call."""
+    for r in results:
+        if isinstance(r, ShiftError):
+            raise r
