@@ -10,8 +10,9 @@ Shifting never restarts a process or an engine; it only changes what the slots h
 
 from __future__ import annotations
 
-import logging
+import asyncio
 import itertools
+import logging
 import threading
 import time
 import weakref
@@ -246,3 +247,12 @@ class _PendingShift:
 
     def get(self) -> ShiftResult:
         return self.combine([f.get(timeout=self.timeout) for f in self.futs])
+
+    async def wait(self) -> ShiftResult:
+        """``get`` for a caller on an asyncio loop (the loop keeps running)."""
+        return self.combine([await asyncio.wait_for(_awaitable(f), self.timeout)
+                             for f in self.futs])
+
+
+async def _awaitable(fut: Any) -> Any:
+    return await fut

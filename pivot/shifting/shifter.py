@@ -110,6 +110,32 @@ class Shifter:
         backend can start calls without waiting (``start_shift_down``), else it runs one
         replica after the other. Per replica, in order, its result or the ShiftError that
         left its devices LOST; the others still complete."""
+        items = self._begin_down(replica_ids, to_role)
+        return self._end("down", items, self._run_many("down", items))
+
+    def shift_up_many(self, role: Role, groups: Sequence[tuple[str, tuple[int, ...]]]
+                      ) -> list[ShiftResult | ShiftError]:
+        """Shifts idle device groups up into new replicas ``(replica_id, devices)`` of
+        ``role`` at once (see ``shift_down_many``)."""
+        items = self._begin_up(role, groups)
+        return self._end("up", items, self._run_many("up", items))
+
+    async def shift_down_many_async(self, replica_ids: Sequence[str],
+                                    to_role: Role | None = None
+                                    ) -> list[ShiftResult | ShiftError]:
+        """``shift_down_many`` that awaits the slot work (the device map changes on the
+        caller's thread, before and after)."""
+        items = self._begin_down(replica_ids, to_role)
+        return self._end("down", items, await self._run_many_async("down", items))
+
+    async def shift_up_many_async(self, role: Role,
+                                  groups: Sequence[tuple[str, tuple[int, ...]]]
+                                  ) -> list[ShiftResult | ShiftError]:
+        """``shift_up_many`` that awaits the slot work."""
+        items = self._begin_up(role, groups)
+        return self._end("up", items, await self._run_many_async("up", items))
+
+    def _begin_down(self, replica_ids: Sequence[str], to_role: Role | None) -> list[tuple]:
         items = []
         for rid in replica_ids:
             devs = self.device_map.replica_devices(rid)
@@ -119,24 +145,22 @@ class Shifter:
             items.append((self.device_map.state(devs[0]).role, rid, devs))
         for _, _, devs in items:
             self.device_map.begin_shift_down(devs, to_role)
-        out = self._run_many("down", items)
-        for (_, _, devs), res in zip(items, out):
-            if isinstance(res, ShiftResult):
-                self.device_map.end_shift_down(devs)
-        return out
+        return items
 
-    def shift_up_many(self, role: Role, groups: Sequence[tuple[str, tuple[int, ...]]]
-                      ) -> list[ShiftResult | ShiftError]:
-        """Shifts idle device groups up into new replicas ``(replica_id, devices)`` of
-        ``role`` at once (see ``shift_down_many``)."""
+    def _begin_up(self, role: Role, groups: Sequence[tuple[str, tuple[int, ...]]]
+                  ) -> list[tuple]:
         role = Role.parse(role)
         items = [(role, rid, tuple(devs)) for rid, devs in groups]
         for _, rid, devs in items:
             self.device_map.begin_shift_up(devs, role, rid)
-        out = self._run_many("up", items)
+        return items
+
+    def _end(self, direction: str, items: list[tuple], out: list) -> list:
+        end = self.device_map.end_shift_down if direction == "down" else \
+            self.device_map.end_shift_up
         for (_, _, devs), res in zip(items, out):
             if isinstance(res, ShiftResult):
-                self.device_map.end_shift_up(devs)
+                end(devs)
         return out
 
     def training_replica(self) -> str | None:
@@ -179,6 +203,35 @@ class Shifter:
                 if isinstance(p, Exception):
                     raise p
                 result = p.get()
+            except Exception as exc:  # noqa: BLE001 - reported per replica
+                err = self._failed(direction, role, rid, devs, exc)
+                err.__cause__ = exc
+                out.append(err)
+                continue
+            result.seconds = self.device_map.clock() - t0
+            self._record(direction, role, rid, devs, result)
+            out.append(result)
+        return out
+
+    async def _run_many_async(self, direction: str,
+                              items: Sequence[tuple[Role, str, tuple[int, ...]]]
+                              ) -> list[ShiftResult | ShiftError]:
+        start = getattr(self.backend, f"start_shift_{direction}", None)
+        if start is None:   # nothing to await: the backend's calls block
+            return self._run_many(direction, items)
+        t0 = self.device_map.clock()
+        pending = []
+        for role, rid, devs in items:
+            try:
+                pending.append(start(role, rid, devs))
+            except Exception as exc:  # noqa: BLE001 - reported per replica
+                pending.append(exc)
+        out: list[ShiftResult | ShiftError] = []
+        for (role, rid, devs), p in zip(items, pending):
+            try:
+                if isinstance(p, Exception):
+                    raise p
+                result = await p.wait() if hasattr(p, "wait") else p.get()
             except Exception as exc:  # noqa: BLE001 - reported per replica
                 err = self._failed(direction, role, rid, devs, exc)
                 err.__cause__ = exc
