@@ -1,6 +1,7 @@
 """The local driver's measurements, one command each (results/local/<what>.json and .png).
 
     python launchers/local_experiments.py throughput [--steps 10]  # 4 deployments, ratios
+                                                     # (both disaggregated splits)
     python launchers/local_experiments.py trace [--from_throughput] # fig. 10, a PivotRL run
     python launchers/local_experiments.py overheads                # fig. 12 / table 3
     python launchers/local_experiments.py convergence [--steps 20] # fig. 15, 2 seeds
@@ -29,19 +30,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 OUT = ROOT / "results" / "local"
-THROUGHPUT = ("colocated", "disaggregated", "rr_colocated", "pivotrl")
+THROUGHPUT = ("colocated", "disaggregated", "disaggregated_1_2", "rr_colocated", "pivotrl")
+# the disaggregated splits searched (app. E searches every baseline's split); ratios are
+# taken against the best one
+DISAGG_SPLITS = ("disaggregated", "disaggregated_1_2")
 CONVERGENCE = ("colocated", "disaggregated", "pivotrl")
 log = logging.getLogger("pivot.local_experiments")
 
 
 def build_driver(dep: str, seed: int, steps: int, run_dir: Path, stack, eval_every: int):
     """A gin-configured LocalDriver (gin/tiny_cpu.gin) for ``dep`` on the shared stack."""
-    from pivot.local.deployments import LOCAL_DEPLOYMENTS
+    from pivot.local.deployments import LOCAL_DEPLOYMENTS, SPLIT_VARIANTS
     from pivot.local.driver import LocalDriver
     from pivot.rl.data import PromptStream
 
     stream = PromptStream(seed=seed)   # the rest of the stream from gin
-    return LocalDriver(deployment=LOCAL_DEPLOYMENTS[dep], stream=stream, steps=steps,
+    deployment = {**LOCAL_DEPLOYMENTS, **SPLIT_VARIANTS}[dep]
+    return LocalDriver(deployment=deployment, stream=stream, steps=steps,
                        seed=seed, run_dir=str(run_dir), stack=stack, eval_every=eval_every)
 
 
@@ -173,8 +178,18 @@ def main() -> int:
     out = {"what": a.what, "steps": steps, "wall_s": time.perf_counter() - t,
            "gin_params": a.gin_param, "runs": rows}
     if a.what == "throughput":
-        thr = {r["deployment"]: r["throughput"] for r in rows}
-        base = {k: thr.get(k) for k in ("disaggregated", "colocated")}
+        # mean over seeds (each seed runs every deployment on the same prompts)
+        per: dict[str, list[float]] = {}
+        for r in rows:
+            if r["throughput"]:
+                per.setdefault(r["deployment"], []).append(r["throughput"])
+        thr = {k: statistics.fmean(v) for k, v in per.items()}
+        out["throughput_mean"] = thr
+        out["throughput_per_seed"] = per
+        splits = {k: thr[k] for k in DISAGG_SPLITS if thr.get(k)}
+        best = max(splits, key=splits.get) if splits else None
+        out["disaggregated_best_split"] = best
+        base = {"disaggregated": splits.get(best), "colocated": thr.get("colocated")}
         out["ratios"] = {d: {f"vs_{k}": (t / b if t and b else None) for k, b in base.items()}
                          for d, t in thr.items()}
     (OUT / f"{a.what}.json").write_text(json.dumps(out, indent=1))

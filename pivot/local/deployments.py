@@ -22,6 +22,12 @@ LOCAL_DEPLOYMENTS: dict[str, Deployment] = {
     "pivotrl": Deployment("pivotrl", PivotPlanner, 2, 3, 1, False),
 }
 
+SPLIT_VARIANTS: dict[str, Deployment] = {
+    # the other static split of 3 inference slots (app. E searches every baseline's
+    # split; `local_experiments.py throughput` compares against the better one)
+    "disaggregated_1_2": Deployment("disaggregated_1_2", NoShiftPlanner, 2, 1, 2, True),
+}
+
 FORCED_SHIFTS = Deployment("forced_shifts", forced_shift_planner, 2, 3, 1, False)
 """PivotRL's start (3 rollout / 1 reward; training shifts up when its batch is ready, down
 when idle) under a random rollout <-> reward shift at every planner tick (reliability
