@@ -18,7 +18,6 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
-import time
 from typing import Any, Mapping, Sequence
 
 import torch

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
 import time
 import uuid
@@ -37,6 +36,7 @@ import numpy as np
 import torch
 
 from pivot.errors import ConfigError, StateError
+from pivot.gps.arena import _unlink, _unlink_all, map_arena, sweep_stale_arenas
 from pivot.gps.layout import ModelMeta, StorageLayout, torch_dtype
 from pivot.types import GENRM
 
@@ -83,11 +83,6 @@ class Manifest:
                 n *= s
             out[key] = arena[off:off + n].view(dt).view(shape)
         return out
-
-
-def map_arena(path: str, nbytes: int) -> torch.Tensor:
-    """Maps an arena file shared (writes reach the file; no copy is made)."""
-    return torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8)
 
 
 @dataclass
@@ -469,42 +464,3 @@ class HostStore:
             _unlink(v.manifest.path)
         _unlink_all(self._paths)
         self._paths.clear()
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def _unlink_all(paths: set[str]) -> None:
-    for p in list(paths):
-        _unlink(p)
-
-
-_STALE = re.compile(r"^pivot-gps-p(\d+)-")
-
-
-def sweep_stale_arenas(shm_dir: str) -> int:
-    """Removes arena files whose owning process no longer exists (it died without
-    closing its store); returns how many. Files of live processes are left alone."""
-    n = 0
-    try:
-        names = os.listdir(shm_dir)
-    except FileNotFoundError:
-        return 0
-    for name in names:
-        m = _STALE.match(name)
-        if not m:
-            continue
-        try:
-            os.kill(int(m.group(1)), 0)
-        except ProcessLookupError:
-            _unlink(os.path.join(shm_dir, name))
-            n += 1
-        except PermissionError:
-            pass
-    if n:
-        logger.info("removed %d stale GPS arena files from %s", n, shm_dir)
-    return n
