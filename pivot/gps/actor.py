@@ -28,7 +28,7 @@ from pivot.gps.layout import ModelMeta, ParallelLayout, StorageLayout, torch_dty
 from pivot.gps.plan import Link, LinkProfile, Plan, Planner
 from pivot.gps.recovery import PeerTransports, RebuildReport, pull_shards, rebuild_host
 from pivot.gps.storage import HostStore, Manifest
-from pivot.gps.transport import MonarchTransport, ShmTransport, Transport
+from pivot.gps.transport import LazyTransport, MonarchTransport, ShmTransport, Transport
 from pivot.types import GENRM
 
 logger = logging.getLogger(__name__)
@@ -200,15 +200,19 @@ class LocalHost:
 def default_transports() -> dict[Link, Transport]:
     """Shared memory for host-local links; NIXL for remote links (measured here 0.35-0.4
     GB/s inside Monarch actors on a busy machine, against 0.08-0.1 GB/s for Monarch
-    endpoint arguments), falling back to Monarch if a NIXL agent cannot start."""
+    endpoint arguments), falling back to Monarch if a NIXL agent cannot start. The NIXL
+    agent starts on the first remote transfer only."""
+    return {Link.LOCAL: ShmTransport(), Link.REMOTE: LazyTransport(_remote_transport)}
+
+
+def _remote_transport() -> Transport:
     try:
         from pivot.gps.nixl import NixlTransport
 
-        remote: Transport = NixlTransport()
+        return NixlTransport()
     except Exception as e:  # no nixl wheel, or UCX cannot start
         logger.warning("NIXL unavailable (%s); remote GPS links use Monarch", e)
-        remote = MonarchTransport()
-    return {Link.LOCAL: ShmTransport(), Link.REMOTE: remote}
+        return MonarchTransport()
 
 
 class GlobalParameterStorage:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import abc
 import concurrent.futures
 import logging
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -93,6 +93,38 @@ class Transport(abc.ABC):
 
     def forget_host(self, host: int) -> None:
         """Drops whatever is cached about ``host`` (its store was replaced)."""
+
+
+class LazyTransport(Transport):
+    """Builds its transport on first use: a client whose links are all host-local (every
+    device slot of the local driver) never starts a remote agent and its threads."""
+
+    def __init__(self, build: Callable[[], Transport]) -> None:
+        self._build = build
+        self._inner: Transport | None = None
+
+    @property
+    def inner(self) -> Transport:
+        if self._inner is None:
+            self._inner = self._build()
+            self.name = self._inner.name
+        return self._inner
+
+    @property
+    def started(self) -> bool:
+        return self._inner is not None
+
+    def read(self, host: Any, manifest: Manifest, transfers: Sequence[Transfer],
+             dst: dict[str, torch.Tensor], verify: bool = False) -> None:
+        self.inner.read(host, manifest, transfers, dst, verify)
+
+    def write(self, host: Any, manifest: Manifest, transfers: Sequence[Transfer],
+              src: dict[str, torch.Tensor], verify: bool = False) -> list[Expected]:
+        return self.inner.write(host, manifest, transfers, src, verify)
+
+    def forget_host(self, host: int) -> None:
+        if self._inner is not None:
+            self._inner.forget_host(host)
 
 
 def _np(t: torch.Tensor) -> np.ndarray:

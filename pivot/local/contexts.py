@@ -149,8 +149,13 @@ class SlotTrainerContext:
         if self._pending_opt is not None:
             self.trainer.optimizer.load_state_dict(self._pending_opt)
             self._pending_opt = None
+        t, cpu = time.perf_counter(), time.thread_time()
         out = self.trainer.forward_backward(batch)
         out.update(self.trainer.optim_step())
+        # in-slot wall and CPU seconds: wall >> CPU means the slot waited for its quota or
+        # for the cores, not for compute
+        out["trainer/compute_s"] = time.perf_counter() - t
+        out["trainer/thread_cpu_s"] = time.thread_time() - cpu
         return out
 
     def reset_optimizer(self) -> None:

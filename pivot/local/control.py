@@ -40,7 +40,10 @@ class LocalControl:
         self.shapes, self.train_needed, self.tau_train = shapes, train_needed, tau_train
         self.release_idle_training = release_idle_training
         self.clock = clock
-        self.executor = ShiftExecutor(ctl.shifter, fleet.schedulers, fleet)
+        self.executor = ShiftExecutor(ctl.shifter, fleet.schedulers, fleet,
+                                      before_migrate_up=self._refresh_if_published)
+        self.publishes = 0       # policy versions published (LocalTrainer.publish)
+        self._publishes_at_start = 0
         self.busy = False
         self.status = LoopStatus(0, False, 0, 0, False)
         self.t0 = clock()
@@ -65,8 +68,29 @@ class LocalControl:
                         dm.devices_in(SlotKind.LOST))
 
     def execute(self, plan: ShiftPlan) -> None:
+        """Carries ``plan`` out, blocking (provisioning, tests)."""
         now = self.clock() - self.t0
-        rep = self.executor.execute(plan)
+        self._publishes_at_start = self.publishes
+        self._record(now, plan, self.executor.execute(plan))
+
+    async def execute_async(self, plan: ShiftPlan) -> None:
+        """Carries ``plan`` out while the loop keeps polling and dispatching on the other
+        replicas, and training keeps training (sec. 4: the executor runs beside them)."""
+        now = self.clock() - self.t0
+        self._publishes_at_start = self.publishes
+        self._record(now, plan, await self.executor.execute_async(plan))
+
+    def _refresh_if_published(self, role: Role, views: list) -> None:
+        """A rollout replica that Read its policy before a publish landed mid-shift holds
+        the previous version: it Reads again before it gets work (the staleness bound
+        counts from the published version)."""
+        if role is not Role.ROLLOUT or self.publishes == self._publishes_at_start:
+            return
+        pending = [self.ctl.invoke_start(d, "refresh") for v in views for d in v.devices]
+        for p in pending:
+            p.get()
+
+    def _record(self, now: float, plan: ShiftPlan, rep) -> None:
         self.shifts.append({
             "time_s": now, "up_role": plan.up_role.value, "reason": plan.reason,
             "total_s": rep.total_s, "stage_s": dict(rep.stage_s),
@@ -78,7 +102,7 @@ class LocalControl:
         log.info("shift to %s (%s): %.2f s", plan.up_role.value, plan.reason, rep.total_s)
 
     # ---- ControlPort ---------------------------------------------------------------
-    def tick(self, status: LoopStatus) -> None:
+    async def tick(self, status: LoopStatus) -> None:
         self.status = status
         if (self.release_idle_training and not self.busy and not status.batch_ready
                 and self.training_devices()):
@@ -87,7 +111,7 @@ class LocalControl:
         plan = self.planner.plan(self.snapshot())
         self.planner_s.append(time.perf_counter() - t)
         if plan is not None:
-            self.execute(plan)
+            await self.execute_async(plan)
         self.trace.append({"time_s": self.clock() - self.t0, **self.allocation(),
                            "training_busy": self.busy, "batch_ready": status.batch_ready,
                            "queued": {r.value: self.fleet.schedulers[r].queue_size()
@@ -139,13 +163,16 @@ class LocalTrainer:
         m = self.ctl.invoke(dev, "train_step", batch=batch, version=version)
         m["trainer/step_s"] = time.perf_counter() - t
         if self.keep_optimizer:
+            t = time.perf_counter()
             self.optimizer = self.ctl.invoke(dev, "optimizer_state")
+            m["trainer/optimizer_fetch_s"] = time.perf_counter() - t
         return m
 
     def publish(self, version: int) -> dict[str, float]:
         dev = self.control.training_devices()[0]
         t = time.perf_counter()
         self.ctl.write_back(dev)
+        self.control.publishes += 1
         write_s = time.perf_counter() - t
         return {"gps/write_s": write_s, "gps/rollout_refresh_s": self.fleet.refresh_rollout()}
 

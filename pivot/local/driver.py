@@ -227,6 +227,8 @@ class LocalDriver:
                 m["val/accuracy_at_1"] = validator.accuracy(self.source.read(POLICY, (0,))[0])
                 m["val/seconds"] = time.perf_counter() - t
             m["cpu_s"] = self.shares.usage_s()
+            # the allocation trace's clock (time since the control plane was built)
+            m["trace_time_s"] = self.control.clock() - self.control.t0
             _wandb_log(m)
             if metrics_f is not None:
                 metrics_f.write(json.dumps(m) + "\n")

@@ -88,7 +88,10 @@ class LocalStack:
         g.check()
         self.policy_dir, self.genrm_dir = g.model_dirs()
         cache = str(Path("cache").resolve())
+        # Monarch's client creates its sockets under TMPDIR: the folder must exist on a
+        # fresh clone
         os.environ.setdefault("TMPDIR", str(Path(cache) / "tmp"))
+        Path(os.environ["TMPDIR"]).mkdir(parents=True, exist_ok=True)
         self.tok = AutoTokenizer.from_pretrained(self.policy_dir)
         self.initial: dict[str, dict[str, torch.Tensor]] = {}
         for m, d in ((POLICY, self.policy_dir), (GENRM, self.genrm_dir)):

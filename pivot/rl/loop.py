@@ -21,6 +21,7 @@ comes from an injectable clock (``pivot.rl.clock``).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import statistics
 from collections.abc import Callable
@@ -96,6 +97,8 @@ class RLLoop:
         self._stop = False
         self._trained_here = 0
         self._error: BaseException | None = None
+        self._ckpt_task: asyncio.Task | None = None
+        self._ckpt_s = 0.0
 
     # ------------------------------------------------------------------ resume
     def resume(self, state: dict[str, Any]) -> None:
@@ -122,12 +125,16 @@ class RLLoop:
             if new:
                 self.data_order.append([t.question for t in new[::self.wf.n]])
                 self._submit_rollout(new)
+            judge = []
             for r in self.rollout.poll():
-                t = self.wf.responded(r.traj_id, r.tokens, r.logprobs, r.text,
-                                      r.finish_reason)
+                judge.append(self.wf.responded(r.traj_id, r.tokens, r.logprobs, r.text,
+                                               r.finish_reason))
                 self._rollout_pending.discard(r.traj_id)
                 self._count(r.tokens_processed)
-                self._submit_reward([t])
+            # one submission per poll: each submission dispatches to the engines, and one
+            # per response (128 a step) held the loop for seconds between two steps
+            if judge:
+                self._submit_reward(judge)
             await self.clock.sleep(self.cfg.poll_s)
 
     async def reward_loop(self) -> None:
@@ -140,7 +147,9 @@ class RLLoop:
 
     async def control_loop(self) -> None:
         while not self._stop:
-            self.control.tick(self.status())
+            ticked = self.control.tick(self.status())
+            if inspect.isawaitable(ticked):   # a control plane whose shifts run beside us
+                await ticked
             await self.clock.sleep(self.cfg.tick_s)
 
     async def train_loop(self) -> None:
@@ -149,6 +158,7 @@ class RLLoop:
         while not self._stop:
             if self.wf.done or (self.cfg.stop_after is not None
                                 and self._trained_here >= self.cfg.stop_after):
+                await self._flush_checkpoint()   # the last checkpoint is on disk at return
                 self._stop = True
                 return
             if self.clock() - t_start > self.cfg.timeout_s:
@@ -166,8 +176,11 @@ class RLLoop:
             finally:
                 self.control.set_busy(False)
             version = self.wf.trained()
+            t_pub = self.clock()
             pm = self.trainer.publish(version)  # on the loop's thread: it touches the schedulers
             now = self.clock()
+            pm["loop/publish_s"] = now - t_pub
+            pm["loop/checkpoint_s"] = self._ckpt_s   # the previous step's (taken + written)
             rows = [t for g in groups for t in g.trajectories]
             m = {"step": step + 1, "version": version, "time_s": now - t_start,
                  "step_time_s": now - t_prev, "tokens": self.tokens,
@@ -192,8 +205,24 @@ class RLLoop:
             self.on_step(m)
             if (self.run_dir is not None and self.cfg.checkpoint_every
                     and version % self.cfg.checkpoint_every == 0):
-                state = self.checkpoint_state()  # taken on the loop's thread: consistent
-                await asyncio.to_thread(checkpoint.save, self.run_dir, version, state)
+                await self._checkpoint(version)
+
+    async def _checkpoint(self, version: int) -> None:
+        """Takes the state on the loop's thread (consistent), then writes it in a worker
+        thread while the next step trains. At most one write is in flight: the previous
+        one is awaited first, so checkpoints land in order and a failed write surfaces at
+        the next step."""
+        t = self.clock()
+        await self._flush_checkpoint()
+        state = self.checkpoint_state()
+        self._ckpt_task = asyncio.create_task(
+            asyncio.to_thread(checkpoint.save, self.run_dir, version, state))
+        self._ckpt_s = self.clock() - t
+
+    async def _flush_checkpoint(self) -> None:
+        if self._ckpt_task is not None:
+            task, self._ckpt_task = self._ckpt_task, None
+            await task
 
     # ------------------------------------------------------------------ running
     async def _main(self) -> None:
@@ -234,10 +263,12 @@ class RLLoop:
         return checkpoint.save(self.run_dir, self.wf.version, self.checkpoint_state())
 
     def checkpoint_state(self) -> dict[str, Any]:
-        import copy
-        return copy.deepcopy({"workflow": self.wf.state(), "trainer": self.trainer.state(),
-                              "allocation": self.control.allocation(),
-                              "history": self.history, "tokens": self.tokens})
+        """A snapshot the loop may go on changing under: the workflow's and trainer's
+        states and the allocation are built fresh; step records are never changed once
+        appended, so the history list is copied, not its records."""
+        return {"workflow": self.wf.state(), "trainer": self.trainer.state(),
+                "allocation": self.control.allocation(), "history": list(self.history),
+                "tokens": self.tokens}
 
     # ------------------------------------------------------------------ helpers
     def _submit_rollout(self, trajs) -> None:

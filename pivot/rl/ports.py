@@ -5,7 +5,7 @@ slots and the torchtitan trainer; tests implement them in memory.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -76,8 +76,9 @@ class TrainerPort(Protocol):
 
 
 class ControlPort(Protocol):
-    def tick(self, status: LoopStatus) -> None:
-        """Monitor -> planner -> executor, once (sec. 4 workflow)."""
+    def tick(self, status: LoopStatus) -> Awaitable[None] | None:
+        """Monitor -> planner -> executor, once (sec. 4 workflow). May be a coroutine:
+        the loop awaits it, and its other coroutines run while a shift is awaited."""
         ...
 
     def set_busy(self, busy: bool) -> None:

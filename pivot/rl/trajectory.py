@@ -60,11 +60,18 @@ class Trajectory:
         return self.reward is not None
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """A copy of every field (lists copied; the rest are immutable). Not
+        ``dataclasses.asdict``: its recursive deep copy made each checkpoint hold the
+        loop for ~0.5 s at 384 trajectories."""
+        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), list) else v)
+                for f in _FIELDS}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Trajectory":
         return cls(**d)
+
+
+_FIELDS = dataclasses.fields(Trajectory)
 
 
 @dataclass(slots=True)

@@ -10,8 +10,9 @@ Shifting never restarts a process or an engine; it only changes what the slots h
 
 from __future__ import annotations
 
-import logging
+import asyncio
 import itertools
+import logging
 import threading
 import time
 import weakref
@@ -100,19 +101,32 @@ class MeshController:
 
     # ---- SlotBackend -----------------------------------------------------------------
     def shift_down(self, role: Role, replica_id: str, devices: tuple[int, ...]) -> ShiftResult:
-        futs = [self.slots[d].shift_down.call_one(role, replica_id) for d in devices]
-        return ShiftResult(_slowest([f.get(timeout=self.timeout) for f in futs]))
+        return self.start_shift_down(role, replica_id, devices).get()
 
     def shift_up(self, role: Role, replica_id: str, devices: tuple[int, ...]) -> ShiftResult:
+        return self.start_shift_up(role, replica_id, devices).get()
+
+    def start_shift_down(self, role: Role, replica_id: str,
+                         devices: tuple[int, ...]) -> "_PendingShift":
+        """Starts the shift down on every device of the replica; ``.get()`` waits."""
+        futs = [self.slots[d].shift_down.call_one(role, replica_id) for d in devices]
+        return _PendingShift(futs, self.timeout,
+                             lambda rs: ShiftResult(_slowest(rs)))
+
+    def start_shift_up(self, role: Role, replica_id: str,
+                       devices: tuple[int, ...]) -> "_PendingShift":
+        """Starts the shift up on every device of the replica; ``.get()`` waits."""
         layout = self.layouts(role, devices) if self.layouts is not None else None
         if layout is None:  # a full copy per device (every local-driver replica)
             futs = [self.slots[d].shift_up.call_one(role, replica_id) for d in devices]
         else:  # each slot Reads its own shard of the replica's layout
             futs = [self.slots[d].shift_up.call_one(role, replica_id, layout, tuple(devices))
                     for d in devices]
-        results = [f.get(timeout=self.timeout) for f in futs]
-        kv = min(k for _, k in results) if role is not Role.TRAINING else 0
-        return ShiftResult(_slowest([p for p, _ in results]), kv)
+
+        def done(results: list) -> ShiftResult:
+            kv = min(k for _, k in results) if role is not Role.TRAINING else 0
+            return ShiftResult(_slowest([p for p, _ in results]), kv)
+        return _PendingShift(futs, self.timeout, done)
 
     # ---- inspection and role-specific calls ------------------------------------------
     def describe(self, device: int) -> dict[str, Any]:
@@ -234,3 +248,22 @@ class _Pending:
 
     def get(self) -> Any:
         return self.fut.get(timeout=self.timeout)
+
+
+class _PendingShift:
+    """A started shift on a replica's slots (``start_shift_down`` / ``start_shift_up``)."""
+
+    def __init__(self, futs: list, timeout: float | None, combine: Callable[[list], ShiftResult]):
+        self.futs, self.timeout, self.combine = futs, timeout, combine
+
+    def get(self) -> ShiftResult:
+        return self.combine([f.get(timeout=self.timeout) for f in self.futs])
+
+    async def wait(self) -> ShiftResult:
+        """``get`` for a caller on an asyncio loop (the loop keeps running)."""
+        return self.combine([await asyncio.wait_for(_awaitable(f), self.timeout)
+                             for f in self.futs])
+
+
+async def _awaitable(fut: Any) -> Any:
+    return await fut

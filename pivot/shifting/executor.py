@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -142,9 +142,54 @@ class ShiftExecutor:
     schedulers: Mapping[Role, SchedulerPort]
     replicas: ReplicaPort
     new_replica_id: Callable[[Role], str] = field(default_factory=counter_ids)
+    before_migrate_up: Callable[[Role, list[ReplicaView]], None] | None = None
+    """Called with the replicas that came up, before they get work (the local driver
+    refreshes rollout replicas whose policy was published while they shifted up)."""
 
     def execute(self, plan: ShiftPlan) -> ShiftReport:
         """Runs ``plan``; raises StateError (nothing done) or ShiftError (with ``.report``)."""
+        stages = self._stages(plan)
+        request = _resume(stages)   # validation errors raise here, before any work
+        while not isinstance(request, ShiftReport):
+            try:
+                result = self._slot_work(request)
+            except Exception as exc:  # noqa: BLE001 - handled inside the stages
+                request = _resume(stages, exc=exc)
+            else:
+                request = _resume(stages, result)
+        return request
+
+    async def execute_async(self, plan: ShiftPlan) -> ShiftReport:
+        """``execute`` for a caller on an asyncio loop: the same stages, but the slot work
+        of the shift-down and shift-up stages is awaited, so the loop keeps serving the
+        other replicas meanwhile (polls, dispatch, publish). Scheduler and device-map
+        changes still happen on the loop's thread, between two awaits."""
+        stages = self._stages(plan)
+        request = _resume(stages)   # validation errors raise here, before any work
+        while not isinstance(request, ShiftReport):
+            try:
+                result = await self._slot_work_async(request)
+            except Exception as exc:  # noqa: BLE001 - handled inside the stages
+                request = _resume(stages, exc=exc)
+            else:
+                request = _resume(stages, result)
+        return request
+
+    def _slot_work(self, request: tuple) -> list:
+        if request[0] == "down":
+            return self.shifter.shift_down_many(request[1], request[2])
+        return self.shifter.shift_up_many(request[1], request[2])
+
+    async def _slot_work_async(self, request: tuple) -> list:
+        if request[0] == "down":
+            return await self.shifter.shift_down_many_async(request[1], request[2])
+        return await self.shifter.shift_up_many_async(request[1], request[2])
+
+    def _stages(self, plan: ShiftPlan) -> Generator[tuple, list, ShiftReport]:
+        """The four stages of a plan. Yields the slot work it needs, ``("down",
+        replica_ids, to_role)`` or ``("up", role, [(replica_id, devices)])``, and is sent
+        the per-replica results; returns the report. Written once for ``execute`` and
+        ``execute_async``."""
         donors = self.validate(plan)
         clock = self.shifter.device_map.clock
         report = ShiftReport(plan.up_role)
@@ -159,35 +204,43 @@ class ShiftExecutor:
                     report.migration_down.add(self.replicas.apply(actions))
             report.stage_s[stage] = clock() - t
 
+            # Donors shift down together, then the new replicas shift up together: their
+            # slot work overlaps where the backend allows (``Shifter.shift_*_many``).
             stage = "shift_down"
             t = clock()
-            for d in donors:
-                if d.role is None:
-                    continue
-                t0 = clock()
+            real = [d for d in donors if d.role is not None]
+            if real:
                 # A plan with no shift-up group only releases its donors to the idle pool.
-                res = self.shifter.shift_down(d.replica_id,
-                                              plan.up_role if plan.up_devices else None)
-                report.down.append(ShiftRecord("down", d.role, d.replica_id, d.devices,
-                                               res.phases, clock() - t0))
+                results = yield ("down", [d.replica_id for d in real],
+                                 plan.up_role if plan.up_devices else None)
+                for d, res in zip(real, results):
+                    if not isinstance(res, ShiftError):
+                        report.down.append(ShiftRecord("down", d.role, d.replica_id,
+                                                       d.devices, res.phases, res.seconds))
+                _raise_first(results)
             report.stage_s[stage] = clock() - t
 
             stage = "shift_up"
             t = clock()
-            for devs in plan.up_devices:
-                rid = self.new_replica_id(plan.up_role)
-                t0 = clock()
-                res = self.shifter.shift_up(plan.up_role, rid, devs)
-                report.up.append(ShiftRecord("up", plan.up_role, rid, devs, res.phases,
-                                             clock() - t0))
-                if plan.up_role is not Role.TRAINING:
-                    report.new_replicas.append(
-                        ReplicaView(rid, plan.up_role, devs, res.kv_capacity))
+            if plan.up_devices:
+                ids = [self.new_replica_id(plan.up_role) for _ in plan.up_devices]
+                results = yield ("up", plan.up_role, list(zip(ids, plan.up_devices)))
+                for rid, devs, res in zip(ids, plan.up_devices, results):
+                    if isinstance(res, ShiftError):
+                        continue
+                    report.up.append(ShiftRecord("up", plan.up_role, rid, devs, res.phases,
+                                                 res.seconds))
+                    if plan.up_role is not Role.TRAINING:
+                        report.new_replicas.append(
+                            ReplicaView(rid, plan.up_role, devs, res.kv_capacity))
+                _raise_first(results)
             report.stage_s[stage] = clock() - t
 
             stage = "migrate_up"
             t = clock()
             if report.new_replicas:
+                if self.before_migrate_up is not None:
+                    self.before_migrate_up(plan.up_role, list(report.new_replicas))
                 actions = self.schedulers[plan.up_role].shift_up(list(report.new_replicas))
                 report.migration_up.add(self.replicas.apply(actions))
             report.stage_s[stage] = clock() - t
@@ -269,3 +322,19 @@ class ShiftExecutor:
                     f"ShiftPlan.up_devices: devices {missing} are neither idle nor freed by "
                     f"the plan's donors ({[dm.state(x).describe() for x in missing if 0 <= x < dm.num_devices]})")
         return donors
+
+
+def _raise_first(results: Sequence[object]) -> None:
+    """Raises the first per-replica ShiftError of a ``Shifter.shift_*_many`` call."""
+    for r in results:
+        if isinstance(r, ShiftError):
+            raise r
+
+
+def _resume(stages: Generator, value: object = None, exc: BaseException | None = None):
+    """Sends the slot work's result (or throws its exception) into the stages; returns
+    the next request, or the report once they finished."""
+    try:
+        return stages.throw(exc) if exc is not None else stages.send(value)
+    except StopIteration as stop:
+        return stop.value

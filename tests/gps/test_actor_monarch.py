@@ -6,7 +6,7 @@ import torch
 from pivot.errors import StateError
 from pivot.gps.layout import ParallelLayout, plan_storage, qwen3_model
 from pivot.gps.plan import Link
-from pivot.gps.transport import MonarchTransport
+from pivot.gps.transport import LazyTransport, MonarchTransport
 
 from conftest import random_state
 
@@ -29,8 +29,9 @@ def gps():
                                                      {"policy": M}))
              for i in range(2)]
     client = GlobalParameterStorage(hosts, {"policy": M}, storage, (0, 0, 1, 1))
-    from pivot.gps.nixl import NixlTransport
-    assert isinstance(client.transports[Link.REMOTE], NixlTransport)
+    remote = client.transports[Link.REMOTE]
+    # the NIXL agent (and its UCX threads) starts on the first remote transfer only
+    assert isinstance(remote, LazyTransport) and not remote.started
     yield client
     client.close()
     for h in hosts:
@@ -50,6 +51,8 @@ def test_write_then_read_through_the_actors_is_bit_identical_over_both_links(gps
                      for k, v in full.items()}
     v = gps.write("policy", (0, 1, 2, 3), lay, states, verify=True)
     assert v == 1 and gps.latest("policy") == 1
+    from pivot.gps.nixl import NixlTransport
+    assert isinstance(gps.transports[Link.REMOTE].inner, NixlTransport)
     out = gps.read("policy", (3, 0), ParallelLayout.create(M, dp=2), verify=True)
     for d in (3, 0):
         assert all(torch.equal(out[d][k], full[k]) for k in full)

@@ -212,5 +212,63 @@ def test_replicas_that_came_up_before_a_failed_shift_up_still_reach_the_schedule
     ex, rec, dm, _, _ = setup("backend.up:reward-1")
     with pytest.raises(ShiftError, match="failed in stage shift_up"):
         ex.execute(PLAN)
-    assert "reward.shift_up:reward-0" in rec.calls
+    # every group of the stage is tried: the ones before and after the failure serve
+    assert "reward.shift_up:reward-0,reward-2" in rec.calls
     assert dm.replicas(Role.REWARD).get("reward-0") == (0,)
+    assert dm.replicas(Role.REWARD).get("reward-2") == (5,)
+
+
+class Overlapping(Recorder):
+    """A backend that can start slot calls without waiting (``start_shift_*``)."""
+
+    def _start(self, direction, replica_id, result):
+        self.calls.append(f"start.{direction}:{replica_id}")
+        rec = self
+
+        class Pending:
+            def get(self):
+                rec.calls.append(f"get.{direction}:{replica_id}")
+                if rec.fail_on == f"get.{direction}:{replica_id}":
+                    raise RuntimeError(f"{replica_id} broke")
+                return result
+        return Pending()
+
+    def start_shift_down(self, role, replica_id, devices):
+        return self._start("down", replica_id, ShiftResult({"discard_parameters": 0.5}))
+
+    def start_shift_up(self, role, replica_id, devices):
+        return self._start("up", replica_id, ShiftResult({"read_parameters": 1.0}, 4096))
+
+
+def overlapping_setup(fail_on=None):
+    ex, _, dm, sch, clock = setup()
+    rec = Overlapping(clock, fail_on)
+    for s in sch.values():
+        s.rec = rec
+    ex.shifter.backend, ex.replicas = rec, rec
+    return ex, rec, dm, sch
+
+
+def test_a_backend_that_can_start_calls_shifts_every_replica_of_a_stage_at_once():
+    ex, rec, dm, sch = overlapping_setup()
+    report = ex.execute(PLAN)
+    slot = [c for c in rec.calls if c.startswith(("start", "get"))]
+    assert slot == ["start.down:ro-a", "start.down:ro-b", "get.down:ro-a", "get.down:ro-b",
+                    "start.up:reward-0", "start.up:reward-1", "start.up:reward-2",
+                    "get.up:reward-0", "get.up:reward-1", "get.up:reward-2"]
+    assert [r.replica_id for r in report.up] == ["reward-0", "reward-1", "reward-2"]
+    assert dm.replicas(Role.REWARD) == {"rm-a": (4,), "reward-0": (0,), "reward-1": (1,),
+                                        "reward-2": (5,)}
+    assert replay(dm.device_host, dm.events) == dm.states
+
+
+def test_one_replica_failing_among_overlapped_shift_ups_loses_only_its_devices():
+    ex, rec, dm, sch = overlapping_setup("get.up:reward-1")
+    with pytest.raises(ShiftError, match="failed in stage shift_up"):
+        ex.execute(PLAN)
+    assert dm.devices_in(SlotKind.LOST) == (1,)
+    # the two that came up serve: the scheduler got them
+    assert [v.replica_id for v in sch[Role.REWARD].new] == ["reward-0", "reward-2"]
+    assert dm.replicas(Role.REWARD) == {"rm-a": (4,), "reward-0": (0,), "reward-2": (5,)}
+    assert not dm.devices_in(SlotKind.SHIFTING_UP)
+    assert replay(dm.device_host, dm.events) == dm.states
