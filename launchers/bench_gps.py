@@ -12,7 +12,8 @@ Prints and writes ``results/gps_bench.json``:
 3. Rebuild of a lost GPS host (``pivot.gps.recovery``), ~100 MB on the rebuilt host: from a
    surviving replica (replicated layout) and from a checkpoint (one group of two hosts: the
    lost shards had no other copy), with and without checksum verification; in-process host
-   stores, bytes relayed through this process over the shared-memory transport.
+   stores: from a replica the new store pulls from its peer's shared-memory arena (one
+   copy, nothing through this process), from a checkpoint this process writes it over shm.
 
 Run: ``.venv/bin/python launchers/bench_gps.py`` (about 1-2 minutes, under 5 GB).
 ``--plan-only`` runs part 2 alone (a few seconds, no actors) and replaces only the
@@ -199,8 +200,9 @@ def bench_rebuild(repeats: int) -> dict:
                 raise RuntimeError("actor is dead")
             return call
 
-    res: dict = {"note": "in-process host stores; the rebuild relays through this process "
-                         "(read from the sender, write into the new store) over shm"}
+    res: dict = {"note": "in-process host stores; from a replica the new store pulls from "
+                         "its peer's shm arena (one copy), from a checkpoint the caller "
+                         "writes it over shm"}
     for name, layers, hosts, k in (("from_replica", 2, 2, 1), ("from_checkpoint", 4, 2, 2)):
         m = qwen3_model("policy", layers=layers, hidden=1024, intermediate=2048, heads=16,
                         kv_heads=8, head_dim=64, vocab=4096)

@@ -7,10 +7,13 @@ The whole interface the runtime needs::
     # -> {device: {param name: tensor}}: the shard of every parameter that device holds
     #    under layout P (TP chunk along the parameter's split dim, only its PP stage's
     #    parameters); version=None reads the latest, version=v a stored one.
+    mine = gps.read(model, devices, layout, only=(d,))   # one device of G: its shard only
     v = gps.write(model, devices, layout, states)        # Write(M, G, P)
     # states = {device: {param name: shard}} in the same form; returns the new version
     # (an int increasing per model). write_async(...) returns a Future instead, so the
     # Write overlaps the next training step. Writing "genrm" is an error: load() it once.
+    # A Write is one commit across all hosts (stage + verify, install, publish): a failure
+    # before publishing leaves every host on the old version; Reads pin one version.
 
 ``devices`` is G (device ids of the pool, rank order DP x PP x TP with TP innermost),
 ``layout`` is P (:class:`ParallelLayout`, built with ``ParallelLayout.create(meta, dp=,
@@ -20,7 +23,8 @@ tp=, pp=)``, default Qwen3 split dims). The storage layout comes from
 Modules: ``layout`` (P and the GPS layout), ``plan`` (refinement, greedy plan, cache),
 ``storage`` (one host's versioned store), ``transport`` (shm / Monarch / NIXL paths),
 ``actor`` (the per-host Monarch actor and the client), ``recovery`` (rebuilding a lost
-host from its replicas or a checkpoint: ``gps.rebuild(host, fresh_store, checkpoints=)``).
+host from its replicas, peer to peer, or a checkpoint: ``gps.rebuild(host, fresh_store,
+checkpoints=)``; a rebuild and a Write exclude each other).
 """
 
 from pivot.gps.layout import (ModelMeta, ParallelLayout, ParamMeta, StorageLayout,

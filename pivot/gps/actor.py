@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-import time
+import threading
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -26,7 +26,7 @@ from monarch.actor import Actor, endpoint
 from pivot.errors import ConfigError, StateError
 from pivot.gps.layout import ModelMeta, ParallelLayout, StorageLayout, torch_dtype
 from pivot.gps.plan import Link, LinkProfile, Plan, Planner
-from pivot.gps.recovery import RebuildReport, rebuild_host
+from pivot.gps.recovery import PeerTransports, RebuildReport, pull_shards, rebuild_host
 from pivot.gps.storage import HostStore, Manifest
 from pivot.gps.transport import LazyTransport, MonarchTransport, ShmTransport, Transport
 from pivot.types import GENRM
@@ -44,6 +44,7 @@ class GPSActor(Actor):
                  shm_dir: str = "/dev/shm") -> None:
         self.store = HostStore(host, storage, models, shm_dir)
         self._nixl = None
+        self._peers: PeerTransports | None = None
 
     @endpoint
     def nixl_expose(self, model: str, version: int, staged: bool = False) -> tuple[bytes, int]:
@@ -67,8 +68,43 @@ class GPSActor(Actor):
         self.store.commit(model, version, expected)
 
     @endpoint
+    def prepare(self, model: str, version: int, expected: list) -> None:
+        self.store.prepare(model, version, expected)
+
+    @endpoint
+    def install(self, model: str, version: int) -> None:
+        self.store.install(model, version)
+
+    @endpoint
+    def publish(self, model: str, version: int) -> None:
+        self.store.publish(model, version)
+
+    @endpoint
+    def discard(self, model: str, version: int) -> None:
+        self.store.discard(model, version)
+
+    @endpoint
     def abort(self, model: str, version: int) -> None:
         self.store.abort(model, version)
+
+    @endpoint
+    def lease(self, holder: str, ttl_s: float = 600.0) -> None:
+        self.store.lease(holder, ttl_s)
+
+    @endpoint
+    def end_lease(self, holder: str) -> None:
+        self.store.end_lease(holder)
+
+    @endpoint
+    def writing(self, model: str) -> int | None:
+        return self.store.writing(model)
+
+    @endpoint
+    def pull(self, model: str, version: int, sources: list, verify: bool = True) -> int:
+        """Rebuild: fills ``version`` of ``model`` from the surviving peers directly."""
+        if self._peers is None:
+            self._peers = PeerTransports()
+        return pull_shards(self.store, model, version, sources, self._peers, verify)
 
     @endpoint
     def latest(self, model: str) -> int | None:
@@ -95,8 +131,9 @@ class GPSActor(Actor):
         self.store.close()
 
 
-_HOST_OPS = ("begin_write", "put", "commit", "abort", "latest", "acquire", "release", "get",
-             "versions", "close", "nixl_expose", "checksums")
+_HOST_OPS = ("begin_write", "put", "commit", "prepare", "install", "publish", "discard",
+             "abort", "latest", "acquire", "release", "get", "versions", "close",
+             "nixl_expose", "checksums", "lease", "end_lease", "writing", "pull")
 
 
 def nixl_expose(store: HostStore, endpoint, model: str, version: int, staged: bool):
@@ -137,11 +174,18 @@ class ActorHost:
 
 
 class LocalHost:
-    """The same handle on an in-process :class:`HostStore` (no actor)."""
+    """The same handle on an in-process :class:`HostStore` (no actor). ``peers`` is how
+    its :meth:`pull` reaches other hosts (default :class:`PeerTransports`)."""
 
-    def __init__(self, store: HostStore) -> None:
+    def __init__(self, store: HostStore, peers: "PeerTransports | None" = None) -> None:
         self.index, self.store = store.host, store
         self._nixl = None
+        self.peers = peers
+
+    def pull(self, model: str, version: int, sources: list, verify: bool = True) -> int:
+        if self.peers is None:
+            self.peers = PeerTransports()
+        return pull_shards(self.store, model, version, sources, self.peers, verify)
 
     def nixl_expose(self, model: str, version: int, staged: bool = False):
         self._nixl = nixl_expose(self.store, self._nixl, model, version, staged)
@@ -198,23 +242,32 @@ class GlobalParameterStorage:
                         for n, m in self.models.items()}
         self.transports = dict(transports or default_transports())
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gps-write")
+        self.lock = threading.RLock()
+        """Held by a Write and a rebuild of this client: one waits for the other (other
+        clients are excluded by the hosts themselves, see :meth:`HostStore.lease`)."""
 
     # --- Read ----------------------------------------------------------------------------
     def read(self, model: str, devices: Sequence[int], layout: ParallelLayout, *,
              version: int | None = None, verify: bool = False,
-             out: StateDicts | None = None) -> dict[int, dict[str, torch.Tensor]]:
+             out: StateDicts | None = None,
+             only: Sequence[int] | None = None) -> dict[int, dict[str, torch.Tensor]]:
         """Read(M, G, P): the shard of every parameter each device holds under ``P``.
 
         Args:
             version: the version to read (default: the latest).
             verify: check every slice's checksum after it lands.
             out: optional preallocated per-device buffers to fill instead of new tensors.
+            only: the devices of ``devices`` to read for (default: all of them). A device
+                slot of a multi-device replica passes itself: it receives its own shard
+                only, from the replica's cached plan (sec. 5.1).
         Returns:
-            ``{device: {param name: tensor}}``, one entry per device of ``devices``.
+            ``{device: {param name: tensor}}``, one entry per device read for, all of one
+            version (the same on every host read from).
         """
         plan = self.planner.read(model, devices, layout)
-        groups = plan.transfers()
-        dst = self._buffers(plan, out)
+        ranks = self._ranks(plan, only)
+        groups = {k: ts for k, ts in plan.transfers().items() if k[1] in ranks}
+        dst = self._buffers(plan, out, ranks)
         hosts = sorted({h for h, _ in groups})
         pinned = self._pin(model, hosts, version)
         try:
@@ -227,10 +280,23 @@ class GlobalParameterStorage:
                 self.hosts[h].release(model, man.version)
         return {plan.devices[r]: d for r, d in dst.items()}
 
-    def _buffers(self, plan: Plan, out: StateDicts | None) -> dict[int, dict[str, torch.Tensor]]:
+    @staticmethod
+    def _ranks(plan: Plan, only: Sequence[int] | None) -> list[int]:
+        if only is None:
+            return list(range(len(plan.devices)))
+        rank = {d: r for r, d in enumerate(plan.devices)}
+        bad = [d for d in only if d not in rank]
+        if bad:
+            raise ConfigError(f"{plan.model.name}: Read only={list(only)} names devices {bad} "
+                              f"outside G={list(plan.devices)}; pass devices of the layout")
+        return [rank[d] for d in only]
+
+    def _buffers(self, plan: Plan, out: StateDicts | None,
+                 ranks: Sequence[int]) -> dict[int, dict[str, torch.Tensor]]:
         dtypes = self._dtypes[plan.model.name]
         dst = {}
-        for r, dev in enumerate(plan.devices):
+        for r in ranks:
+            dev = plan.devices[r]
             shapes = plan.target_shapes(r)
             if out is not None:
                 self._check_state(plan, r, out, "out")
@@ -240,35 +306,62 @@ class GlobalParameterStorage:
         return dst
 
     def _pin(self, model: str, hosts: Sequence[int], version: int | None,
-             tries: int = 50) -> dict[int, Manifest]:
-        """Pins one common version on every host (a commit may be half-way across hosts)."""
+             tries: int = 20) -> dict[int, Manifest]:
+        """Pins one version on every host in ``hosts``.
+
+        With ``version`` None each host's latest is pinned; hosts disagree only while a
+        Write publishes (phase 3), when every host has already installed the new version,
+        so the hosts still on the old one pin the new one by number instead.
+        """
         for _ in range(tries):
             pinned: dict[int, Manifest] = {}
             try:
                 for h in hosts:
                     pinned[h] = self.hosts[h].acquire(model, version)
             except Exception:
-                for h, man in pinned.items():
-                    self.hosts[h].release(model, man.version)
+                self._release(model, pinned)
                 raise
-            if version is not None or len({m.version for m in pinned.values()}) <= 1:
+            new = max((m.version for m in pinned.values()), default=None)
+            if version is not None or all(m.version == new for m in pinned.values()):
                 return pinned
-            for h, man in pinned.items():
-                self.hosts[h].release(model, man.version)
-            time.sleep(0.001)
+            try:
+                for h, man in list(pinned.items()):
+                    if man.version != new:
+                        pinned[h] = self.hosts[h].acquire(model, new)
+                        self.hosts[h].release(model, man.version)
+                return pinned
+            except StateError:  # a later Write published meanwhile and dropped it: again
+                self._release(model, pinned)
         raise StateError(f"GPS: hosts {list(hosts)} did not agree on a version of {model} "
                          f"after {tries} tries; is a Write stuck half-way?")
+
+    def _release(self, model: str, pinned: Mapping[int, Manifest]) -> None:
+        for h, man in pinned.items():
+            try:
+                self.hosts[h].release(model, man.version)
+            except Exception as e:  # a dead host: nothing left to release
+                logger.warning("GPS host %d: release of %s v%d failed: %s", h, model,
+                               man.version, e)
 
     # --- Write ---------------------------------------------------------------------------
     def write(self, model: str, devices: Sequence[int], layout: ParallelLayout,
               states: StateDicts, *, verify: bool = False, _initial: bool = False) -> int:
-        """Write(M, G, P): installs the devices' shards as the next version of ``model``.
+        """Write(M, G, P): installs the devices' shards as the next version of ``model``,
+        as one commit across every GPS host.
+
+        Phase 1 stages the version on every host and each host verifies it; phase 2
+        installs it everywhere (a Read of the latest still gets the old one); any failure
+        up to here discards it on every host, which all keep the old version. Phase 3
+        publishes it host by host; a Read spanning hosts pins one version throughout.
 
         Args:
             states: ``{device: {param name: shard}}`` for every device of ``devices``.
             verify: the hosts check every slice's checksum before installing.
         Returns:
             the new version number (monotonically increasing per model).
+        Raises:
+            StateError: a host refused or failed; no host installed the version (except
+                when publishing failed, which the message says).
         """
         if model == GENRM and not _initial:
             raise StateError(f"Write(M={GENRM!r}) is not allowed: the GenRM is frozen "
@@ -276,14 +369,19 @@ class GlobalParameterStorage:
         plan = self.planner.write(model, devices, layout)
         for r in range(len(plan.devices)):
             self._check_state(plan, r, states, "states")
+        with self.lock:
+            return self._write(plan, states, verify, _initial)
+
+    def _write(self, plan: Plan, states: StateDicts, verify: bool, initial: bool) -> int:
+        model = plan.model.name
         groups = plan.transfers()
         latest = [self.hosts[h].latest(model) for h in range(len(self.hosts))]
-        version = 0 if all(v is None for v in latest) else max(
-            v for v in latest if v is not None) + 1
+        old = max((v for v in latest if v is not None), default=None)
+        version = 0 if old is None else old + 1
         staged: dict[int, Manifest] = {}
         try:
-            for h in range(len(self.hosts)):
-                staged[h] = self.hosts[h].begin_write(model, version, initial=_initial)
+            for h in range(len(self.hosts)):  # phase 1: stage and verify on every host
+                staged[h] = self.hosts[h].begin_write(model, version, initial=initial)
             expected: dict[int, list] = {h: [] for h in staged}
             for (h, r), ts in groups.items():
                 link = Link.LOCAL if self.planner.device_host[plan.devices[r]] == h \
@@ -291,13 +389,45 @@ class GlobalParameterStorage:
                 src = states[plan.devices[r]]
                 expected[h] += self.transports[link].write(self.hosts[h], staged[h], ts, src,
                                                            verify)
-        except Exception:
             for h in staged:
-                self.hosts[h].abort(model, version)
+                self.hosts[h].prepare(model, version, expected[h])
+            for h in staged:  # phase 2: install everywhere
+                self.hosts[h].install(model, version)
+        except BaseException as e:
+            self._discard(model, version, staged)
+            logger.warning("Write of %s v%d failed (%s); discarded on hosts %s, every host "
+                           "keeps v%s", model, version, e, sorted(staged), old)
             raise
-        for h in staged:
-            self.hosts[h].commit(model, version, expected[h])
+        self._publish(model, version)  # phase 3
         return version
+
+    def _discard(self, model: str, version: int, hosts: Sequence[int]) -> None:
+        for h in hosts:
+            try:
+                self.hosts[h].discard(model, version)
+            except Exception as e:  # a dead host: its store is gone with it
+                logger.warning("GPS host %d: discard of %s v%d failed: %s", h, model,
+                               version, e)
+
+    def _publish(self, model: str, version: int) -> None:
+        failed: dict[int, str] = {}
+        for h in range(len(self.hosts)):
+            try:
+                self.hosts[h].publish(model, version)
+            except Exception as e:  # the host died after installing: roll forward
+                failed[h] = str(e)
+        if failed:
+            raise StateError(f"Write of {model} v{version}: installed on every GPS host, but "
+                             f"publishing it failed on hosts {sorted(failed)} "
+                             f"({next(iter(failed.values()))}); the other hosts serve "
+                             f"v{version} and Reads pin it everywhere; rebuild the failed "
+                             f"hosts if they are lost (gps.rebuild)")
+
+    def abort_write(self, model: str, version: int) -> None:
+        """Discards an unpublished Write of ``version`` on every host (one whose writer
+        died half-way leaves it staged or installed, and blocks later Writes)."""
+        with self.lock:
+            self._discard(model, version, range(len(self.hosts)))
 
     def write_async(self, model: str, devices: Sequence[int], layout: ParallelLayout,
                     states: StateDicts, *, verify: bool = False
@@ -325,7 +455,8 @@ class GlobalParameterStorage:
 
     def rebuild(self, host: int, replacement: Any, **kwargs: Any) -> RebuildReport:
         """Rebuilds lost host ``host`` into ``replacement`` from its surviving replicas or a
-        checkpoint, same version (:func:`pivot.gps.recovery.rebuild_host`)."""
+        checkpoint, same version (:func:`pivot.gps.recovery.rebuild_host`). Waits for a
+        Write of this client; a Write of another client makes it fail (and vice versa)."""
         return rebuild_host(self, host, replacement, **kwargs)
 
     def latest(self, model: str) -> int | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 import uuid
 from typing import Sequence
@@ -89,6 +90,9 @@ class NixlTransport(Transport):
         self.agent = _agent(f"gps-client-{os.getpid()}-{uuid.uuid4().hex[:6]}", False)
         self._remote: dict[tuple[int, str], tuple[str, int]] = {}
         self._poll, self._timeout = poll_s, timeout_s
+        # One agent per transport, not thread-safe: a write_async of the client racing a
+        # Read of the same client crashed (segfault) in the agent without this lock.
+        self._lock = threading.RLock()
 
     def _peer(self, host, manifest: Manifest, staged: bool) -> tuple[str, int]:
         key = (manifest.host, manifest.path)
@@ -104,8 +108,9 @@ class NixlTransport(Transport):
         return hit
 
     def forget_host(self, host: int) -> None:
-        for key in [k for k in self._remote if k[0] == host]:
-            self.agent.remove_remote_agent(self._remote.pop(key)[0])
+        with self._lock:
+            for key in [k for k in self._remote if k[0] == host]:
+                self.agent.remove_remote_agent(self._remote.pop(key)[0])
 
     def _descs(self, manifest: Manifest, base: int, transfers: Sequence[Transfer],
                bufs: dict[str, torch.Tensor]) -> tuple[np.ndarray, np.ndarray]:
@@ -139,6 +144,11 @@ class NixlTransport(Transport):
              bufs: dict[str, torch.Tensor], staged: bool) -> None:
         if not transfers:
             return
+        with self._lock:
+            self._run_locked(op, host, manifest, transfers, bufs, staged)
+
+    def _run_locked(self, op: str, host, manifest: Manifest, transfers: Sequence[Transfer],
+                    bufs: dict[str, torch.Tensor], staged: bool) -> None:
         name, base = self._peer(host, manifest, staged)
         tensors = list({id(b): b for b in bufs.values()}.values())
         reg = self.agent.register_memory(tensors)

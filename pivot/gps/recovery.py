@@ -15,11 +15,19 @@ empty) is rebuilt into a fresh store with the same layout:
 
 The rebuilt store gets the same version number the surviving hosts hold, so a Read that
 pins one version on every host it reads from (:meth:`GlobalParameterStorage._pin`) sees a
-whole version. Bytes are relayed through the caller with the client's transports (Read
-from a sender into a buffer, Write into the new store's staged version); with ``verify``
-(the default) every slice's checksum is checked on both legs, so the rebuilt shards are
-bit-identical to the senders' (or to the checkpoint). Run it while no Write is in flight
-(a Write fails anyway while a host is down).
+whole version. Shards held by a survivor go peer to peer: the rebuilt host pulls them
+(``pull``, :func:`pull_shards`) straight into its staged arena, from the peer's shared-
+memory arena when that file is visible on its machine (one memcpy), else over NIXL or
+Monarch (:class:`PeerTransports`); nothing passes through the caller. Checkpoint shards
+come from the caller, which holds the checkpoint. With ``verify`` (the default) every
+slice's checksum is checked where it lands, so the rebuilt shards are bit-identical to the
+senders' (or to the checkpoint).
+
+A rebuild and a Write exclude each other: the rebuild takes every surviving host's lease
+(:meth:`HostStore.lease`), which a host refuses while a Write is in progress on it (the
+StateError names model and version), and a host refuses ``begin_write`` while its lease is
+held; inside one client the two also share the client's lock, so there one waits for the
+other instead.
 
 Usage::
 
@@ -31,6 +39,7 @@ Usage::
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
@@ -42,7 +51,8 @@ from pivot.errors import ConfigError, StateError
 from pivot.gps.greedy import assign
 from pivot.gps.layout import ModelMeta, StorageLayout, torch_dtype
 from pivot.gps.plan import Link, Transfer
-from pivot.gps.storage import Manifest
+from pivot.gps.storage import HostStore, Manifest
+from pivot.gps.transport import MonarchTransport, ShmTransport, Transport
 
 if TYPE_CHECKING:
     from pivot.gps.actor import GlobalParameterStorage
@@ -218,6 +228,82 @@ def _plan_senders(gps: GlobalParameterStorage, host: int, shards: list[HostShard
     return out
 
 
+class PeerTransports:
+    """How a rebuilt host reaches a peer: the peer's arena mapped from ``/dev/shm`` when the
+    file is visible here (the same machine) and ``shm``, else ``remote`` (default NIXL, else
+    Monarch)."""
+
+    def __init__(self, remote: Transport | None = None, shm: bool = True) -> None:
+        self.shm = ShmTransport(threads=1) if shm else None
+        self.remote = remote
+
+    def __call__(self, manifest: Manifest) -> Transport:
+        if self.shm is not None and os.path.exists(manifest.path):
+            return self.shm
+        if self.remote is None:
+            try:
+                from pivot.gps.nixl import NixlTransport
+
+                self.remote = NixlTransport()
+            except Exception as e:  # no nixl wheel, or UCX cannot start
+                logger.warning("NIXL unavailable (%s); the rebuild pulls over Monarch", e)
+                self.remote = MonarchTransport()
+        return self.remote
+
+
+def pull_shards(store: HostStore, model: str, version: int,
+                sources: list[tuple[Any, list[HostShard]]], transport, verify: bool) -> int:
+    """Fills ``version`` of ``model`` in ``store`` from peers and installs it; runs on the
+    rebuilt host. ``sources``: (peer handle, the shards it sends); ``transport(manifest)``
+    picks the path to a peer. Returns the bytes pulled."""
+    staged = store.begin_write(model, version, initial=True)
+    views = staged.views(store.arena(model, version, staged=True)[1])
+    nbytes = 0
+    try:
+        for peer, shards in sources:
+            if len({s.param for s in shards}) != len(shards):
+                raise StateError(f"rebuild of {model}: host {peer.index} sends two shards of "
+                                 f"one parameter; the GPS layout gives a host one shard per "
+                                 f"parameter")
+            pinned = peer.acquire(model, version)
+            try:
+                dst = {s.param: views[(s.param, s.shard)] for s in shards}
+                transport(pinned).read(peer, pinned, [_transfer(s) for s in shards], dst,
+                                       verify)
+            finally:
+                peer.release(model, pinned.version)
+            nbytes += sum(s.nbytes for s in shards)
+        store.commit(model, version)
+    except BaseException:
+        store.abort(model, version)
+        raise
+    return nbytes
+
+
+def _lease(gps: GlobalParameterStorage, host: int, holder: str) -> list[int]:
+    """Takes the lease of every surviving host that answers; on a refusal (a Write in
+    progress) gives the taken ones back and raises the host's StateError."""
+    taken: list[int] = []
+    for h in range(len(gps.hosts)):
+        if h == host or _probe(gps.hosts[h], gps.models) is None:
+            continue
+        try:
+            gps.hosts[h].lease(holder)
+        except Exception:
+            _end_lease(gps, taken, holder)
+            raise
+        taken.append(h)
+    return taken
+
+
+def _end_lease(gps: GlobalParameterStorage, hosts: list[int], holder: str) -> None:
+    for h in hosts:
+        try:
+            gps.hosts[h].end_lease(holder)
+        except Exception as e:  # it died meanwhile; its lease went with it
+            logger.warning("GPS host %d: end of lease %r failed: %s", h, holder, e)
+
+
 def rebuild_host(gps: GlobalParameterStorage, host: int, replacement: Any, *,
                  checkpoints: Mapping[str, Checkpoint] | None = None, via_device: int = 0,
                  verify: bool = True) -> RebuildReport:
@@ -232,11 +318,13 @@ def rebuild_host(gps: GlobalParameterStorage, host: int, replacement: Any, *,
         checkpoints: per model, the full tensors of the version GPS holds; used only for
             shards no surviving host holds.
         via_device: the pool device whose host stands for the caller's location (picks the
-            local or remote transport of each relay leg).
-        verify: check every slice's checksum on both legs (default on).
+            transport that carries checkpoint shards to the replacement).
+        verify: check every slice's checksum where it lands (default on).
     Raises:
         StateError: some shard has neither a surviving holder nor a checkpoint, or a
-            checkpoint's version differs from the survivors'; nothing is installed.
+            checkpoint's version differs from the survivors'; nothing is installed. Also
+            when a Write (of another client) is in progress on a surviving host: the
+            message names its model and version; retry once it ends.
         ConfigError: the replacement is not for ``host`` or not empty, or a checkpoint
             lacks a parameter or has the wrong shape.
     """
@@ -251,55 +339,50 @@ def rebuild_host(gps: GlobalParameterStorage, host: int, replacement: Any, *,
     if have:
         raise ConfigError(f"rebuild of GPS host {host}: the replacement store already holds "
                           f"{have}; pass a fresh, empty store")
-    sources = _sources(gps, host, dict(checkpoints or {}))
-    report = RebuildReport(host)
-    here = int(gps.planner.device_host[via_device])
-    link = (lambda h: Link.LOCAL if h == here else Link.REMOTE)
-    for src in sources:
-        staged = replacement.begin_write(src.model, src.version, initial=True)
+    holder = f"the rebuild of GPS host {host}"
+    with gps.lock:  # a Write of this client waits; other clients' Writes are refused
+        leased = _lease(gps, host, holder)
         try:
-            expected = _fill(gps, replacement, staged, src, link, verify)
-        except Exception:
-            replacement.abort(src.model, src.version)
-            raise
-        replacement.commit(src.model, src.version, expected)
-        report.versions[src.model] = src.version
-        if src.checkpoint is not None:
-            report.from_checkpoint.append(src.model)
-        else:
-            report.senders[src.model] = {g: sum(s.nbytes for s in ss)
-                                         for g, ss in src.senders.items()}
-        report.nbytes += sum(s.nbytes for s in src.shards)
-    gps.hosts[host] = replacement
-    for t in gps.transports.values():
-        t.forget_host(host)
+            report = _rebuild(gps, host, replacement, dict(checkpoints or {}), via_device,
+                              verify)
+        finally:
+            _end_lease(gps, leased, holder)
     report.seconds = time.perf_counter() - t0
     logger.info("rebuilt GPS host %d: %s (%.1f MB in %.3f s; from checkpoint: %s)", host,
                 report.versions, report.nbytes / 1e6, report.seconds, report.from_checkpoint)
     return report
 
 
-def _fill(gps: GlobalParameterStorage, replacement: Any, staged: Manifest, src: _Source,
-          link, verify: bool) -> list:
-    """Copies every shard of ``src`` into the staged version; returns commit checksums."""
-    expected: list = []
-    put = gps.transports[link(replacement.index)]
-    if src.checkpoint is not None:
-        state = src.checkpoint.state
-        ts = [_transfer(s) for s in src.shards]
-        rows = {s.param: state[s.param][s.r0:s.r1] for s in src.shards}
-        return put.write(replacement, staged, ts, rows, verify)
-    for g, shards in src.senders.items():
-        if len({s.param for s in shards}) != len(shards):
-            raise StateError(f"rebuild of {src.model}: host {g} sends two shards of one "
-                             f"parameter; the GPS layout gives a host one shard per parameter")
-        pinned = gps.hosts[g].acquire(src.model, src.version)
-        try:
-            ts = [_transfer(s) for s in shards]
-            buf = {s.param: torch.empty(s.shape, dtype=torch_dtype(s.dtype)) for s in shards}
-            gps.transports[link(g)].read(gps.hosts[g], pinned, ts, buf, verify)
-        finally:
-            gps.hosts[g].release(src.model, pinned.version)
-        expected += put.write(replacement, staged, ts, buf, verify)
-        del buf
-    return expected
+def _rebuild(gps: GlobalParameterStorage, host: int, replacement: Any,
+             checkpoints: Mapping[str, Checkpoint], via_device: int,
+             verify: bool) -> RebuildReport:
+    sources = _sources(gps, host, checkpoints)
+    report = RebuildReport(host)
+    here = int(gps.planner.device_host[via_device])
+    put = gps.transports[Link.LOCAL if replacement.index == here else Link.REMOTE]
+    for src in sources:
+        if src.senders:  # peer to peer: the rebuilt host pulls from the survivors
+            replacement.pull(src.model, src.version,
+                             [(gps.hosts[g], ss) for g, ss in src.senders.items()], verify)
+            report.senders[src.model] = {g: sum(s.nbytes for s in ss)
+                                         for g, ss in src.senders.items()}
+        else:  # from the caller's checkpoint (or nothing to hold)
+            staged = replacement.begin_write(src.model, src.version, initial=True)
+            try:
+                expected = []
+                if src.checkpoint is not None:
+                    rows = {s.param: src.checkpoint.state[s.param][s.r0:s.r1]
+                            for s in src.shards}
+                    expected = put.write(replacement, staged,
+                                         [_transfer(s) for s in src.shards], rows, verify)
+                    report.from_checkpoint.append(src.model)
+            except BaseException:
+                replacement.abort(src.model, src.version)
+                raise
+            replacement.commit(src.model, src.version, expected)
+        report.versions[src.model] = src.version
+        report.nbytes += sum(s.nbytes for s in src.shards)
+    gps.hosts[host] = replacement
+    for t in gps.transports.values():
+        t.forget_host(host)
+    return report

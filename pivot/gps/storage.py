@@ -5,19 +5,28 @@ under ``/dev/shm`` so a reader on the same host maps it and copies a slice with 
 memcpy (the stand-in for the node-local PCIe copy); its layout (offset of every shard) is
 the same for every version of a model.
 
-Atomicity: a Write builds the new version aside (``begin_write`` -> fill -> ``commit``) and
-``commit`` swaps the latest-version number under a lock. Readers pin a version
-(``acquire``/``release``); a version is dropped once it is neither the latest nor pinned,
-so a Read sees the old version or the new one, never a mix (the client also checks that all
-hosts it reads from pinned the same version, see :mod:`pivot.gps.actor`).
+Atomicity. One host's part of a Write goes through the phases the client drives across all
+hosts (:meth:`GlobalParameterStorage.write`, a two-phase commit plus a publish):
+
+1. ``begin_write`` -> ``put`` -> ``prepare``: the version is built aside and its checksums
+   verified (the host's vote); ``discard`` drops it, nothing else saw it;
+2. ``install``: the version is stored (a Read may pin it by number) but a Read of the
+   latest still gets the previous one; ``discard`` still drops it (the rollback);
+3. ``publish``: the latest-version number moves to it (one assignment under the lock).
+
+``commit`` runs the three at once (one host alone: a rebuild, the tests). Readers pin a
+version (``acquire``/``release``); a version is dropped once it is older than the published
+one and not pinned. One Write per model is in progress at a time on a host, and none while
+a rebuild holds the host's lease (``lease``/``end_lease``): the other is refused with a
+StateError naming model and version.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
+import time
 import uuid
 import weakref
 from dataclasses import dataclass, field
@@ -27,6 +36,7 @@ import numpy as np
 import torch
 
 from pivot.errors import ConfigError, StateError
+from pivot.gps.arena import _unlink, _unlink_all, map_arena, sweep_stale_arenas
 from pivot.gps.layout import ModelMeta, StorageLayout, torch_dtype
 from pivot.types import GENRM
 
@@ -75,11 +85,6 @@ class Manifest:
         return out
 
 
-def map_arena(path: str, nbytes: int) -> torch.Tensor:
-    """Maps an arena file shared (writes reach the file; no copy is made)."""
-    return torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8)
-
-
 @dataclass
 class _Version:
     manifest: Manifest
@@ -87,6 +92,22 @@ class _Version:
     tensors: dict[ShardKey, torch.Tensor]
     checksums: dict[ShardKey, int] = field(default_factory=dict)
     readers: int = 0
+    doomed: bool = False
+    """Discarded while pinned: dropped at the last release."""
+
+
+@dataclass
+class _Write:
+    """The one Write of a model in progress on a host."""
+
+    version: int
+    stage: str = "staged"
+    """"staged" (being filled), "prepared" (verified) or "installed" (stored, unpublished)."""
+    started: float = field(default_factory=time.monotonic)
+
+    def describe(self, model: str) -> str:
+        return (f"a Write of {model} v{self.version} is in progress ({self.stage}, started "
+                f"{time.monotonic() - self.started:.1f} s ago)")
 
 
 class HostStore:
@@ -121,6 +142,9 @@ class HostStore:
         self._latest: dict[str, int] = {}
         self._versions: dict[str, dict[int, _Version]] = {m: {} for m in self.models}
         self._staged: dict[tuple[str, int], _Version] = {}
+        self._writing: dict[str, _Write] = {}
+        self._lease: tuple[str, float, float] | None = None
+        """(holder, start, deadline) of a rebuild that excludes Writes on this host."""
         self._layouts = {m: self._arena_layout(m) for m in self.models}
         sweep_stale_arenas(shm_dir)
         # Arena files outlive a process that dies without close(): remove them at exit.
@@ -160,12 +184,31 @@ class HostStore:
                 raise StateError(f"Write(M={GENRM!r}) is not allowed: the GenRM is frozen "
                                  f"(sec. 5.1) and GPS already holds it (version {latest}); "
                                  f"only the initial load may install it")
-            if latest is not None and version <= latest:
+            lease = self._live_lease()
+            if lease is not None:
+                raise StateError(f"GPS host {self.host}: Write of {model} v{version} refused: "
+                                 f"{lease[0]} is in progress (started "
+                                 f"{time.monotonic() - lease[1]:.1f} s ago; this host holds "
+                                 f"{model} v{latest}); retry once it ends")
+            w = self._writing.get(model)
+            if w is not None:
+                raise StateError(f"GPS host {self.host}: Write of {model} v{version} refused: "
+                                 f"{w.describe(model)}; one Write per model at a time: wait "
+                                 f"for it, or if its writer died discard it "
+                                 f"(GlobalParameterStorage.abort_write({model!r}, {w.version}))")
+            stored = max([*self._versions[model], -1 if latest is None else latest])
+            if version <= stored:
                 raise StateError(f"GPS host {self.host}: {model} version {version} is not "
-                                 f"newer than the stored version {latest}; versions increase")
-            if (model, version) in self._staged:
-                raise StateError(f"GPS host {self.host}: {model} version {version} is "
-                                 f"already being written")
+                                 f"newer than the stored version {stored}; versions increase")
+            self._writing[model] = _Write(version)
+        try:
+            return self._stage(model, version)
+        except BaseException:
+            with self._lock:
+                self._writing.pop(model, None)
+            raise
+
+    def _stage(self, model: str, version: int) -> Manifest:
         entries, nbytes = self._layouts[model]
         with self._lock:
             spare = self._spare.pop(model, None)
@@ -194,10 +237,10 @@ class HostStore:
         for name, shard, box, t in items:
             st.tensors[(name, shard)][box].copy_(t)
 
-    def commit(self, model: str, version: int,
-               expected: Sequence[tuple[str, int, tuple[slice, ...], int]] = ()) -> None:
-        """Verifies the staged slices against ``expected`` (param, shard, box, checksum)
-        and installs the version atomically. On a mismatch nothing is installed."""
+    def prepare(self, model: str, version: int,
+                expected: Sequence[tuple[str, int, tuple[slice, ...], int]] = ()) -> None:
+        """Phase 1 (the vote): verifies the staged slices against ``expected`` (param, shard,
+        box, checksum). On a mismatch the staged version is discarded and StateError raised."""
         st = self._staged_version(model, version)
         for name, shard, box, want in expected:
             got = checksum(st.tensors[(name, shard)][box])
@@ -207,21 +250,105 @@ class HostStore:
                                  f"v{version} {name} shard {shard} {box}: got {got}, sent "
                                  f"{want}; the write was discarded, retry it")
         with self._lock:
-            self._staged.pop((model, version))
-            self._versions[model][version] = st
+            self._writing[model].stage = "prepared"
+
+    def install(self, model: str, version: int) -> None:
+        """Phase 2: stores a prepared version; Reads of the latest do not see it yet."""
+        with self._lock:
+            w = self._writing.get(model)
+            if w is None or w.version != version or w.stage != "prepared":
+                raise StateError(f"GPS host {self.host}: install of {model} v{version} "
+                                 f"without a prepared Write of it "
+                                 f"({w.describe(model) if w else 'none in progress'})")
+            self._versions[model][version] = self._staged.pop((model, version))
+            w.stage = "installed"
+
+    def publish(self, model: str, version: int) -> None:
+        """Phase 3: makes an installed version the latest; older unpinned ones are dropped."""
+        with self._lock:
+            w = self._writing.get(model)
+            if w is None or w.version != version or w.stage != "installed":
+                raise StateError(f"GPS host {self.host}: publish of {model} v{version} "
+                                 f"without an installed Write of it "
+                                 f"({w.describe(model) if w else 'none in progress'})")
+            del self._writing[model]
             self._latest[model] = version
             self._gc(model)
 
+    def commit(self, model: str, version: int,
+               expected: Sequence[tuple[str, int, tuple[slice, ...], int]] = ()) -> None:
+        """Verifies, installs and publishes at once (one host on its own). On a checksum
+        mismatch nothing is installed."""
+        self.prepare(model, version, expected)
+        self.install(model, version)
+        self.publish(model, version)
+
+    def discard(self, model: str, version: int) -> None:
+        """Undoes a Write of ``version`` that is not published (staged, prepared or
+        installed: the rollback); no-op if there is none. A pinned installed version is
+        dropped at its last release."""
+        with self._lock:
+            w = self._writing.get(model)
+            if w is None or w.version != version:
+                if self._latest.get(model) == version:
+                    raise StateError(f"GPS host {self.host}: {model} v{version} is published; "
+                                     f"only an unpublished Write can be discarded")
+                return
+            installed = w.stage == "installed"
+            if installed:
+                del self._writing[model]
+                v = self._versions[model][version]
+                v.doomed = True
+                self._gc(model)
+        if not installed:
+            self.abort(model, version)
+
     def abort(self, model: str, version: int) -> None:
-        """Discards a staged version (stored versions are untouched)."""
+        """Discards a staged (or prepared) version; stored versions are untouched."""
         with self._lock:
             st = self._staged.pop((model, version), None)
+            w = self._writing.get(model)
+            if w is not None and w.version == version and w.stage != "installed":
+                del self._writing[model]
             if st is not None and self.recycle and model not in self._spare:
                 self._spare[model] = (st.manifest.path, st.arena)
                 st = None
         if st is not None:
             _unlink(st.manifest.path)
             self._paths.discard(st.manifest.path)
+
+    # --- Exclusion with a rebuild --------------------------------------------------------
+    def _live_lease(self) -> tuple[str, float, float] | None:
+        if self._lease is not None and time.monotonic() > self._lease[2]:
+            logger.warning("GPS host %d: lease of %r expired", self.host, self._lease[0])
+            self._lease = None
+        return self._lease
+
+    def lease(self, holder: str, ttl_s: float = 600.0) -> None:
+        """Takes this host's rebuild lease: Writes are refused until :meth:`end_lease` (or
+        ``ttl_s``, if the holder died). Refused while a Write is in progress here."""
+        with self._lock:
+            other = self._live_lease()
+            if other is not None and other[0] != holder:
+                raise StateError(f"GPS host {self.host}: {holder} refused: {other[0]} is in "
+                                 f"progress; retry once it ends")
+            for m, w in self._writing.items():
+                raise StateError(f"GPS host {self.host}: {holder} refused: {w.describe(m)}; "
+                                 f"retry once it ends (or, if its writer died, discard it: "
+                                 f"GlobalParameterStorage.abort_write({m!r}, {w.version}))")
+            now = time.monotonic()
+            self._lease = (holder, now, now + ttl_s)
+
+    def end_lease(self, holder: str) -> None:
+        with self._lock:
+            if self._lease is not None and self._lease[0] == holder:
+                self._lease = None
+
+    def writing(self, model: str) -> int | None:
+        """The version of ``model`` a Write in progress here is writing, if any."""
+        with self._lock:
+            w = self._writing.get(model)
+            return None if w is None else w.version
 
     def _staged_version(self, model: str, version: int) -> _Version:
         with self._lock:
@@ -247,8 +374,8 @@ class HostStore:
                     raise StateError(f"GPS host {self.host}: model {model!r} has no version "
                                      f"yet; Write (or load) it before reading")
             v = self._versions[model].get(version)
-            if v is None:
-                have = sorted(self._versions[model])
+            if v is None or v.doomed:
+                have = sorted(n for n, x in self._versions[model].items() if not x.doomed)
                 raise StateError(f"GPS host {self.host}: {model} has no version {version} "
                                  f"(stored: {have}); read the latest or a stored version")
             v.readers += 1
@@ -307,13 +434,15 @@ class HostStore:
             return dict(self._versions[model][version].tensors)
 
     def versions(self, model: str) -> list[int]:
+        """Stored versions (published and installed), not counting discarded ones."""
         with self._lock:
-            return sorted(self._versions[model])
+            return sorted(n for n, v in self._versions[model].items() if not v.doomed)
 
     def _gc(self, model: str) -> None:
+        """Drops unpinned versions older than the published one, and discarded ones."""
         latest = self._latest.get(model)
-        for n in [n for n, v in self._versions[model].items()
-                  if n != latest and v.readers == 0]:
+        for n in [n for n, v in self._versions[model].items() if v.readers == 0
+                  and (v.doomed or (latest is not None and n < latest))]:
             v = self._versions[model].pop(n)
             if self.recycle and model not in self._spare:
                 self._spare[model] = (v.manifest.path, v.arena)
@@ -328,48 +457,10 @@ class HostStore:
             vs += list(self._staged.values())
             self._versions = {m: {} for m in self.models}
             self._staged.clear()
+            self._writing.clear()
             self._latest.clear()
             self._spare.clear()
         for v in vs:
             _unlink(v.manifest.path)
         _unlink_all(self._paths)
         self._paths.clear()
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def _unlink_all(paths: set[str]) -> None:
-    for p in list(paths):
-        _unlink(p)
-
-
-_STALE = re.compile(r"^pivot-gps-p(\d+)-")
-
-
-def sweep_stale_arenas(shm_dir: str) -> int:
-    """Removes arena files whose owning process no longer exists (it died without
-    closing its store); returns how many. Files of live processes are left alone."""
-    n = 0
-    try:
-        names = os.listdir(shm_dir)
-    except FileNotFoundError:
-        return 0
-    for name in names:
-        m = _STALE.match(name)
-        if not m:
-            continue
-        try:
-            os.kill(int(m.group(1)), 0)
-        except ProcessLookupError:
-            _unlink(os.path.join(shm_dir, name))
-            n += 1
-        except PermissionError:
-            pass
-    if n:
-        logger.info("removed %d stale GPS arena files from %s", n, shm_dir)
-    return n

@@ -5,17 +5,23 @@ layout, and each slot builds its own ``GlobalParameterStorage`` client on first 
 Read runs in the slot's proc (shared-memory copy from the host's store on the same host,
 Monarch or NIXL across hosts). ``layout`` None means one replicated copy per device
 (DP = number of devices, TP = PP = 1), which is every replica of the local driver.
+
+A multi-device replica passes its layout P (:class:`TensorParallelReplicas`: TP = the
+replica's size) and each of its slots Reads ``only`` itself: it receives its own TP shard,
+about 1/k of the model, never a full copy (sec. 5.1, Read(M, G, P)).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from pivot.errors import StateError
+from pivot.errors import ConfigError, StateError
 from pivot.gps.actor import ActorHost, GlobalParameterStorage
-from pivot.gps.layout import ModelMeta, ParallelLayout, StorageLayout
+from pivot.gps.layout import ModelMeta, ParallelLayout, StorageLayout, qwen3_split_dim
 from pivot.shifting.params import StateDict
+from pivot.types import INFERENCE_ROLES, MODEL_OF_ROLE, Role
 
 
 class GPSParameterSource:
@@ -55,11 +61,48 @@ class GPSParameterSource:
             raise StateError(f"GPS holds no model {model!r}; it holds {sorted(self.models)}")
         return ParallelLayout.create(meta, dp=len(devices))
 
-    def read(self, model: str, devices: tuple[int, ...], layout: Any = None) -> dict[int, StateDict]:
+    def read(self, model: str, devices: tuple[int, ...], layout: Any = None,
+             only: Sequence[int] | None = None) -> dict[int, StateDict]:
+        """Read(M, G, P); ``only``: the devices of G to read for (a slot: itself)."""
         devices = tuple(devices)
-        return self.gps.read(model, devices, self.layout(model, devices, layout))
+        return self.gps.read(model, devices, self.layout(model, devices, layout), only=only)
 
     def write(self, model: str, devices: tuple[int, ...], layout: Any,
               tensors: Mapping[int, StateDict]) -> None:
         devices = tuple(devices)
         self.gps.write(model, devices, self.layout(model, devices, layout), tensors)
+
+
+@dataclass(frozen=True)
+class TensorParallelReplicas:
+    """The layout of each replica: an inference replica of k > 1 devices runs TP = k
+    (sec. 5.1); one-device replicas and training get None (a full copy per device).
+
+    Args:
+        models: the models GPS holds, by name.
+        split_dim: the TP split dim of a parameter (default: Qwen3's, Megatron-style).
+        roles: the roles that run tensor parallel.
+    """
+
+    models: Mapping[str, ModelMeta]
+    split_dim: Callable[[str, Sequence[int]], int | None] = qwen3_split_dim
+    roles: tuple[Role, ...] = INFERENCE_ROLES
+
+    def __call__(self, role: Role, devices: Sequence[int]) -> ParallelLayout | None:
+        k = len(devices)
+        if k < 2 or role not in self.roles:
+            return None
+        model = MODEL_OF_ROLE[role]
+        meta = self.models.get(model)
+        if meta is None:
+            raise ConfigError(f"TensorParallelReplicas: no model {model!r} for {role.value} "
+                              f"replicas (it has {sorted(self.models)}); add its ModelMeta")
+        layout = ParallelLayout.create(meta, tp=k, split_dim=self.split_dim)
+        for name, d in layout.split_dims:
+            shape = next(p.shape for p in meta.params if p.name == name)
+            if d is not None and shape[d] % k:
+                raise ConfigError(f"{model}: a {role.value} replica of {k} devices needs "
+                                  f"TP={k}, which does not divide dim {d} (size {shape[d]}) "
+                                  f"of parameter {name}; use replicas of a size dividing "
+                                  f"it, or mark the parameter replicated")
+        return layout

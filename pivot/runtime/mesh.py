@@ -44,12 +44,16 @@ class MeshController:
         clock: time source of the device map's events.
         torch_threads: intra-op threads per slot proc (None: torch's default).
         call_timeout_s: a slot call that takes longer fails (a dead process never answers).
+        layouts: the layout of a replica, by role and devices (e.g.
+            ``gps_source.TensorParallelReplicas``: TP = replica size), or None for a full
+            copy per device; None (the default) gives every replica full copies.
     """
 
     def __init__(self, alloc: Allocation, source: ParameterSource,
                  factories: Mapping[Role, Callable[[], RoleContext]],
                  clock: Clock = time.monotonic, torch_threads: int | None = 1,
-                 call_timeout_s: float = 120.0):
+                 call_timeout_s: float = 120.0,
+                 layouts: Callable[[Role, tuple[int, ...]], Any] | None = None):
         if not factories:
             raise StateError("MeshController: factories is empty; give a context factory "
                              "for each role the slots may take")
@@ -57,6 +61,8 @@ class MeshController:
             raise StateError(f"MeshController: call_timeout_s must be > 0, got {call_timeout_s}")
         self.alloc = alloc
         self.timeout = call_timeout_s
+        self.layouts = layouts
+        self.source = source
         self._slot_args = (source, dict(factories), torch_threads)
         self.failures: list[str] = []
         self._faults: list[tuple[str, str]] = []
@@ -110,7 +116,12 @@ class MeshController:
     def start_shift_up(self, role: Role, replica_id: str,
                        devices: tuple[int, ...]) -> "_PendingShift":
         """Starts the shift up on every device of the replica; ``.get()`` waits."""
-        futs = [self.slots[d].shift_up.call_one(role, replica_id) for d in devices]
+        layout = self.layouts(role, devices) if self.layouts is not None else None
+        if layout is None:  # a full copy per device (every local-driver replica)
+            futs = [self.slots[d].shift_up.call_one(role, replica_id) for d in devices]
+        else:  # each slot Reads its own shard of the replica's layout
+            futs = [self.slots[d].shift_up.call_one(role, replica_id, layout, tuple(devices))
+                    for d in devices]
 
         def done(results: list) -> ShiftResult:
             kv = min(k for _, k in results) if role is not Role.TRAINING else 0

@@ -79,10 +79,14 @@ class SlotActor(Actor):
         return phases
 
     @endpoint
-    def shift_up(self, role: Role, replica_id: str,
-                 layout: Any = None) -> tuple[dict[str, float], int]:
+    def shift_up(self, role: Role, replica_id: str, layout: Any = None,
+                 devices: tuple[int, ...] | None = None) -> tuple[dict[str, float], int]:
         """Shift-up actions of ``role``: GPS Read, reload, reallocate.
 
+        Args:
+            layout: the replica's layout P (None: a full copy on this device).
+            devices: the replica's devices G, rank order of ``layout``, this one among
+                them; the Read returns this device's shard only (sec. 5.1).
         Returns:
             (phase -> seconds, the context's KV capacity in tokens; 0 for training).
         """
@@ -91,8 +95,18 @@ class SlotActor(Actor):
                              f"{replica_id}, but it holds {self._holding()}; shift down first")
         ctx = self._context(role)
 
-        def read():
-            return self.source.read(ctx.model, (self.device,), layout)[self.device]
+        if layout is None:
+            def read():
+                return self.source.read(ctx.model, (self.device,), None)[self.device]
+        else:
+            group = tuple(devices) if devices is not None else (self.device,)
+            if self.device not in group:
+                raise StateError(f"slot {self.device}: shift up to {role.value} replica "
+                                 f"{replica_id} on devices {list(group)}, which lack it")
+
+            def read():
+                return self.source.read(ctx.model, group, layout,
+                                        only=(self.device,))[self.device]
 
         phases = apply_steps(ctx, shift_up_steps(role), read)
         self.active, self.replica_id = role, replica_id

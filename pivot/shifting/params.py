@@ -22,6 +22,8 @@ class ParameterSource(Protocol):
 
     ``read`` returns, for every device in ``devices``, its part of model ``model`` under
     ``layout`` (None: the full model on every device), as Hugging Face name -> tensor.
+    A source that takes a layout also takes ``only=`` (the devices to read for; a slot of a
+    multi-device replica reads itself only, see ``pivot.runtime.gps_source``).
     """
 
     def read(self, model: str, devices: tuple[int, ...],

@@ -217,3 +217,23 @@ def test_nixl_moves_row_and_column_slices_both_ways_bit_identically():
             assert all(torch.equal(out[d][k], v) for k, v in want.items())
     finally:
         close(gps, stores)
+
+
+def test_a_read_for_one_device_of_a_tp_layout_returns_only_its_shard(sharded):
+    gps, _ = sharded
+    lay = ParallelLayout.create(QWEN, tp=4)
+    devs = (6, 1, 2, 5)
+    whole = gps.read("policy", devs, lay)
+    full = random_state(QWEN, 0)
+    for r, d in enumerate(devs):
+        one = gps.read("policy", devs, lay, only=(d,), verify=True)
+        assert list(one) == [d]
+        want = expected(full, QWEN, lay, r)
+        assert one[d].keys() == want.keys()
+        assert all(torch.equal(one[d][k], v) and torch.equal(whole[d][k], v)
+                   for k, v in want.items())
+        nbytes = sum(t.nbytes for t in one[d].values())
+        assert nbytes < QWEN.nbytes / 4 * 1.1
+    with pytest.raises(ConfigError, match=r"only=\[0\] names devices \[0\] outside "
+                                          r"G=\[6, 1, 2, 5\]"):
+        gps.read("policy", devs, lay, only=(0,))

@@ -8,7 +8,8 @@ from pivot.errors import ConfigError, StateError
 from pivot.gps.actor import LocalHost
 from pivot.gps.layout import ParallelLayout, plan_storage
 from pivot.gps.plan import Link
-from pivot.gps.recovery import Checkpoint, host_shards, lost_hosts, rebuild_host
+from pivot.gps.recovery import (Checkpoint, PeerTransports, host_shards, lost_hosts,
+                                 rebuild_host)
 from pivot.gps.storage import HostStore
 from pivot.gps.transport import MonarchTransport, ShmTransport
 
@@ -170,7 +171,7 @@ def test_a_replacement_that_is_not_empty_or_for_another_host_is_refused(one_grou
         gps.rebuild(1, LocalHost(used), checkpoints={"policy": Checkpoint(1, full)})
 
 
-def test_rebuild_over_the_monarch_path_verifies_both_legs():
+def test_rebuild_pulling_over_the_monarch_path_is_verified_and_bit_identical():
     storage = plan_storage([QWEN], 2, QWEN.nbytes)  # replicated on 2 hosts
     gps, stores = make_gps({"policy": QWEN}, storage, (0, 1),
                            transports={Link.LOCAL: MonarchTransport(),
@@ -180,7 +181,9 @@ def test_rebuild_over_the_monarch_path_verifies_both_legs():
         gps.load("policy", random_state(QWEN, 3), device=1)
         _, want = snapshot(stores[1], "policy")
         kill(gps, stores, 0)
-        report = gps.rebuild(0, LocalHost(new), via_device=1)
+        peers = PeerTransports(MonarchTransport(), shm=False)
+        report = gps.rebuild(0, LocalHost(new, peers), via_device=1)
+        assert peers.remote is not None and peers.shm is None
         assert report.senders == {"policy": {1: report.nbytes}}
         got = new.tensors("policy", 0)
         assert all(torch.equal(got[k], t) for k, t in want.items())
