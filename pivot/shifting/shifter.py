@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from pivot.errors import PivotError, StateError
 from pivot.shifting.device_map import DeviceMap
@@ -191,26 +191,10 @@ class Shifter:
                 except ShiftError as e:
                     out.append(e)
             return out
-        pending = []
-        t0 = self.device_map.clock()
-        for role, rid, devs in items:
-            try:
-                pending.append(start(role, rid, devs))
-            except Exception as exc:  # noqa: BLE001 - reported per replica
-                pending.append(exc)
-        for (role, rid, devs), p in zip(items, pending):
-            try:
-                if isinstance(p, Exception):
-                    raise p
-                result = p.get()
-            except Exception as exc:  # noqa: BLE001 - reported per replica
-                err = self._failed(direction, role, rid, devs, exc)
-                err.__cause__ = exc
-                out.append(err)
-                continue
-            result.seconds = self.device_map.clock() - t0
-            self._record(direction, role, rid, devs, result)
-            out.append(result)
+        t0, pending = self.device_map.clock(), self._start_all(start, items)
+        for item, p in zip(items, pending):
+            out.append(self._settle(direction, item, t0, p, None if isinstance(p, Exception)
+                                    else p.get))
         return out
 
     async def _run_many_async(self, direction: str,
@@ -219,28 +203,46 @@ class Shifter:
         start = getattr(self.backend, f"start_shift_{direction}", None)
         if start is None:   # nothing to await: the backend's calls block
             return self._run_many(direction, items)
-        t0 = self.device_map.clock()
-        pending = []
+        t0, pending = self.device_map.clock(), self._start_all(start, items)
+        out: list[ShiftResult | ShiftError] = []
+        for item, p in zip(items, pending):
+            result: ShiftResult | Exception = p
+            if not isinstance(p, Exception):
+                try:
+                    result = await p.wait() if hasattr(p, "wait") else p.get()
+                except Exception as exc:  # noqa: BLE001 - reported per replica
+                    result = exc
+            out.append(self._settle(direction, item, t0, result, None))
+        return out
+
+    @staticmethod
+    def _start_all(start: Any, items: Sequence[tuple]) -> list:
+        """Starts every replica's slot calls; a start that raised stands in for its handle."""
+        pending: list = []
         for role, rid, devs in items:
             try:
                 pending.append(start(role, rid, devs))
             except Exception as exc:  # noqa: BLE001 - reported per replica
                 pending.append(exc)
-        out: list[ShiftResult | ShiftError] = []
-        for (role, rid, devs), p in zip(items, pending):
-            try:
-                if isinstance(p, Exception):
-                    raise p
-                result = await p.wait() if hasattr(p, "wait") else p.get()
-            except Exception as exc:  # noqa: BLE001 - reported per replica
-                err = self._failed(direction, role, rid, devs, exc)
-                err.__cause__ = exc
-                out.append(err)
-                continue
-            result.seconds = self.device_map.clock() - t0
-            self._record(direction, role, rid, devs, result)
-            out.append(result)
-        return out
+        return pending
+
+    def _settle(self, direction: str, item: tuple, t0: float, result: Any,
+                get: Any) -> ShiftResult | ShiftError:
+        """One replica's outcome: ``get()`` (if given) or ``result``, recorded, or the
+        ShiftError that left its devices LOST."""
+        role, rid, devs = item
+        try:
+            if get is not None:
+                result = get()
+            if isinstance(result, Exception):
+                raise result
+        except Exception as exc:  # noqa: BLE001 - reported per replica
+            err = self._failed(direction, role, rid, devs, exc)
+            err.__cause__ = exc
+            return err
+        result.seconds = self.device_map.clock() - t0
+        self._record(direction, role, rid, devs, result)
+        return result
 
     def _failed(self, direction: str, role: Role, replica_id: str, devs: tuple[int, ...],
                 exc: BaseException) -> ShiftError:
