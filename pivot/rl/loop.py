@@ -167,6 +167,9 @@ class RLLoop:
             if not (self.wf.batch_ready() and self.trainer.ready()):
                 await self.clock.sleep(self.cfg.poll_s)
                 continue
+            # the checkpoint of the last step is on disk before the next step trains: a
+            # crash inside a step resumes from the version just before it
+            await self._flush_checkpoint()
             step = self.wf.version
             groups = self.wf.take_batch()
             lag = max(step - t.start_version for g in groups for t in g.trajectories)
@@ -209,9 +212,9 @@ class RLLoop:
 
     async def _checkpoint(self, version: int) -> None:
         """Takes the state on the loop's thread (consistent), then writes it in a worker
-        thread while the next step trains. At most one write is in flight: the previous
-        one is awaited first, so checkpoints land in order and a failed write surfaces at
-        the next step."""
+        thread while the loop publishes, logs and waits for the next batch; the next step
+        trains only once it is written. At most one write is in flight, so checkpoints
+        land in order and a failed write surfaces at the next step."""
         t = self.clock()
         await self._flush_checkpoint()
         state = self.checkpoint_state()
