@@ -255,25 +255,27 @@ class HostStore:
     def install(self, model: str, version: int) -> None:
         """Phase 2: stores a prepared version; Reads of the latest do not see it yet."""
         with self._lock:
-            w = self._writing.get(model)
-            if w is None or w.version != version or w.stage != "prepared":
-                raise StateError(f"GPS host {self.host}: install of {model} v{version} "
-                                 f"without a prepared Write of it "
-                                 f"({w.describe(model) if w else 'none in progress'})")
+            w = self._write_in(model, version, "prepared", "install")
             self._versions[model][version] = self._staged.pop((model, version))
             w.stage = "installed"
 
     def publish(self, model: str, version: int) -> None:
         """Phase 3: makes an installed version the latest; older unpinned ones are dropped."""
         with self._lock:
-            w = self._writing.get(model)
-            if w is None or w.version != version or w.stage != "installed":
-                raise StateError(f"GPS host {self.host}: publish of {model} v{version} "
-                                 f"without an installed Write of it "
-                                 f"({w.describe(model) if w else 'none in progress'})")
+            self._write_in(model, version, "installed", "publish")
             del self._writing[model]
             self._latest[model] = version
             self._gc(model)
+
+    def _write_in(self, model: str, version: int, stage: str, op: str):
+        """The Write of ``model`` v``version`` in progress at ``stage`` (lock held), or a
+        StateError naming ``op`` and what is in progress instead."""
+        w = self._writing.get(model)
+        if w is None or w.version != version or w.stage != stage:
+            raise StateError(f"GPS host {self.host}: {op} of {model} v{version} without "
+                             f"{'an' if stage[0] in 'aeiou' else 'a'} {stage} Write of it "
+                             f"({w.describe(model) if w else 'none in progress'})")
+        return w
 
     def commit(self, model: str, version: int,
                expected: Sequence[tuple[str, int, tuple[slice, ...], int]] = ()) -> None:
