@@ -86,9 +86,7 @@ class LocalControl:
         counts from the published version)."""
         if role is not Role.ROLLOUT or self.publishes == self._publishes_at_start:
             return
-        pending = [self.ctl.invoke_start(d, "refresh") for v in views for d in v.devices]
-        for p in pending:
-            p.get()
+        self.fleet.reload_policy([d for v in views for d in v.devices])
 
     def _record(self, now: float, plan: ShiftPlan, rep) -> None:
         self.shifts.append({

@@ -189,12 +189,15 @@ class Fleet:
         acts = [a for rid in replicas for a in sched.abort(rid)]
         if acts:
             self.apply(acts)   # one round over all replicas
-        pending = [self.ctl.invoke_start(d, "refresh") for devs in replicas.values()
-                   for d in devs]
-        for p in pending:
-            p.get()
+        self.reload_policy([d for devs in replicas.values() for d in devs])
         self.dispatch()
         return time.perf_counter() - t0
+
+    def reload_policy(self, devices: Sequence[int]) -> None:
+        """The rollout slots on ``devices`` Read the newest policy from GPS, all at once."""
+        pending = [self.ctl.invoke_start(d, "refresh") for d in devices]
+        for p in pending:
+            p.get()
 
     def pending(self) -> int:
         return sum(s.num_seqs for s in self.schedulers.values())
