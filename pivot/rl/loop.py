@@ -91,6 +91,7 @@ class RLLoop:
         self.history: list[dict[str, Any]] = []
         self.data_order: list[list[Any]] = []
         self.tokens = 0
+        self.trained_tokens = 0
         self._step_tokens = 0
         self._rollout_pending: set[int] = set()
         self._reward_pending: set[int] = set()
@@ -108,6 +109,7 @@ class RLLoop:
         self.trainer.load_state(state["trainer"])
         self.history = list(state.get("history", []))
         self.tokens = int(state.get("tokens", 0))
+        self.trained_tokens = int(state.get("trained_tokens", 0))
         redo, rejudge = self.wf.pending()
         for t in redo:
             t.start_version = max(t.start_version, self.wf.version)
@@ -127,8 +129,10 @@ class RLLoop:
                 self._submit_rollout(new)
             judge = []
             for r in self.rollout.poll():
-                judge.append(self.wf.responded(r.traj_id, r.tokens, r.logprobs, r.text,
-                                               r.finish_reason))
+                t = self.wf.responded(r.traj_id, r.tokens, r.logprobs, r.text,
+                                      r.finish_reason)
+                t.tokens_processed += r.tokens_processed
+                judge.append(t)
                 self._rollout_pending.discard(r.traj_id)
                 self._count(r.tokens_processed)
             # one submission per poll: each submission dispatches to the engines, and one
@@ -140,7 +144,7 @@ class RLLoop:
     async def reward_loop(self) -> None:
         while not self._stop:
             for j in self.reward.poll():
-                self.wf.judged(j.traj_id, j.text)
+                self.wf.judged(j.traj_id, j.text).tokens_processed += j.tokens_processed
                 self._reward_pending.discard(j.traj_id)
                 self._count(j.tokens_processed)
             await self.clock.sleep(self.cfg.poll_s)
@@ -185,9 +189,15 @@ class RLLoop:
             pm["loop/publish_s"] = now - t_pub
             pm["loop/checkpoint_s"] = self._ckpt_s   # the previous step's (taken + written)
             rows = [t for g in groups for t in g.trajectories]
+            batch_tokens = sum(t.tokens_processed for t in rows)
+            self.trained_tokens += batch_tokens
             m = {"step": step + 1, "version": version, "time_s": now - t_start,
                  "step_time_s": now - t_prev, "tokens": self.tokens,
                  "step_tokens": self._step_tokens,
+                 # the tokens of the trajectories this step trained on, and their running
+                 # sum: the end-to-end throughput counts these, so work done ahead for
+                 # later batches (staleness) is counted when it is trained, not before
+                 "batch_tokens": batch_tokens, "trained_tokens": self.trained_tokens,
                  "tokens_per_s": self.tokens / max(now - t_start, 1e-9),
                  "staleness_max": lag,
                  "reward/mean": statistics.fmean(t.reward for t in rows),
@@ -271,7 +281,7 @@ class RLLoop:
         appended, so the history list is copied, not its records."""
         return {"workflow": self.wf.state(), "trainer": self.trainer.state(),
                 "allocation": self.control.allocation(), "history": list(self.history),
-                "tokens": self.tokens}
+                "tokens": self.tokens, "trained_tokens": self.trained_tokens}
 
     # ------------------------------------------------------------------ helpers
     def _submit_rollout(self, trajs) -> None:

@@ -30,6 +30,8 @@ class Trajectory:
         judge_text: the GenRM's decoded judgement.
         reward / verifiable / genrm: R and its parts, set once judged.
         genrm_ok: the judgement parsed.
+        tokens_processed: prompt + generated tokens of its rollout and of its judgement
+            (the end-to-end throughput counts them when its batch is trained).
     """
 
     traj_id: int
@@ -49,6 +51,7 @@ class Trajectory:
     genrm: float | None = None
     genrm_ok: bool | None = None
     finish_reason: str | None = None
+    tokens_processed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

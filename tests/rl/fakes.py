@@ -70,7 +70,8 @@ class FakeTrainer:
             "released": self.wf.released,
             "sizes": [sum(t.rewarded for t in g.trajectories) for g in groups],
             "lags": [version - t.start_version for t in rows],
-            "prompts": [g.trajectories[0].question for g in groups]})
+            "prompts": [g.trajectories[0].question for g in groups],
+            "prompt_lens": [len(t.prompt_tokens) for t in rows]})
         blob = self.policy + repr([(t.traj_id, t.reward) for t in rows])
         self.policy = hashlib.sha256(blob.encode()).hexdigest()
         return {"trainer/loss": 0.0}

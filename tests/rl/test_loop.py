@@ -98,3 +98,14 @@ def test_a_judgement_before_its_response_is_an_error():
     t = wf.release()[0]
     with pytest.raises(StateError, match="before its response"):
         wf.judged(t.traj_id, "Score: 3")
+
+
+def test_each_step_counts_the_tokens_of_the_batch_it_trained_on():
+    wf, tr, loop = make(5)
+    hist = loop.run()
+    # FakeRollout: prompt + 3 generated tokens; FakeReward: 10 tokens per judgement
+    per_step = [sum(n + 3 + 10 for n in b["prompt_lens"]) for b in tr.batches]
+    assert [m["batch_tokens"] for m in hist] == per_step
+    assert [m["trained_tokens"] for m in hist] == [sum(per_step[:i + 1]) for i in range(5)]
+    # work finished ahead for later batches is in ``tokens`` but not yet trained
+    assert all(m["tokens"] >= m["trained_tokens"] for m in hist)
