@@ -116,7 +116,16 @@ class LocalControl:
                                       for r in INFERENCE_ROLES},
                            "running": {r.value: (self.fleet.schedulers[r].num_seqs -
                                                  self.fleet.schedulers[r].queue_size())
-                                       for r in INFERENCE_ROLES}})
+                                       for r in INFERENCE_ROLES},
+                           # sequences on each inference device (a replica's on each of its
+                           # devices): analysis/local_utilization.py's busy slot-time
+                           "device_seqs": self._device_seqs()})
+
+    def _device_seqs(self) -> dict[str, int]:
+        dm = self.ctl.device_map
+        return {str(d): v.num_seqs for r in INFERENCE_ROLES
+                for rid, v in self.fleet.schedulers[r].replicas.items()
+                for d in dm.replica_devices(rid)}
 
     def set_busy(self, busy: bool) -> None:
         self.busy = busy

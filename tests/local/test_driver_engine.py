@@ -35,6 +35,13 @@ def test_each_deployment_trains_a_few_steps_within_the_staleness_bound(name, sta
     assert all(m["staleness_max"] <= dep.staleness for m in res.steps)
     assert res.extra["max_staleness"] <= dep.staleness
     assert all(m["tokens"] > 0 for m in res.steps)
+    # each batch's rollout and judgement tokens, counted when it trains
+    assert all(m["batch_tokens"] > 0 for m in res.steps)
+    assert res.steps[-1]["trained_tokens"] == sum(m["batch_tokens"] for m in res.steps)
+    assert res.to_dict(trace=False)["throughput"] > 0
+    # the trace says which inference device holds how many sequences
+    assert all(set(s["device_seqs"]) == {str(d) for d in s["rollout"] + s["reward"]}
+               for s in res.trace)
     for m in res.steps:   # every prompt reached training with exactly n rewarded responses
         n = stack.group.n
         assert m["batch/groups"] == {str(i): [n, n] for i in range(PROMPTS)}
