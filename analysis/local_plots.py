@@ -1,6 +1,6 @@
 """Plots of the local driver's measurements (results/local/<what>.json -> .png).
 
-    python analysis/local_plots.py throughput|convergence|trace
+    python analysis/local_plots.py throughput|convergence|trace|overheads|sensitivity
 """
 
 from __future__ import annotations
@@ -19,8 +19,14 @@ OUT = Path(__file__).resolve().parents[1] / "results" / "local"
 
 def throughput(d: dict) -> None:
     runs = d["runs"]
-    fig, ax = plt.subplots(figsize=(5, 3))
-    ax.bar([r["deployment"] for r in runs], [r["throughput"] or 0 for r in runs])
+    names = list(dict.fromkeys(r["deployment"] for r in runs))
+    mean = d.get("throughput_mean", {})
+    fig, ax = plt.subplots(figsize=(6, 3))
+    ax.bar(names, [mean.get(n) or 0 for n in names], color="#9ecae1")
+    for i, n in enumerate(names):   # each seed as a dot
+        ys = [r["throughput"] or 0 for r in runs if r["deployment"] == n]
+        ax.plot([i] * len(ys), ys, "k.", ms=5)
+    ax.tick_params(axis="x", labelsize=7)
     ax.set_ylabel("tokens / s (after step 1)")
     ax.set_title("End-to-end throughput, local CPU, 4 slots")
     fig.tight_layout()
@@ -116,8 +122,28 @@ def trace(d: dict) -> None:
     fig.savefig(OUT / "trace.png", dpi=120)
 
 
+def sensitivity(d: dict) -> None:
+    per = d["per_H"]
+    hs = sorted((k for k in per if k.startswith("pivotrl_H")),
+                key=lambda k: float(k.removeprefix("pivotrl_H")))
+    x = [float(h.removeprefix("pivotrl_H")) for h in hs]
+    fig, ax = plt.subplots(figsize=(5, 3))
+    ax.plot(x, [per[h]["throughput_mean"] for h in hs], "o-", label="tokens / s")
+    ax.set_xscale("log")
+    ax.set_xlabel("H (s)")
+    ax.set_ylabel("tokens / s")
+    ax2 = ax.twinx()
+    ax2.plot(x, [per[h]["shifts_per_step_mean"] for h in hs], "s--", color="C1",
+             label="shifts / step")
+    ax2.set_ylabel("shifts per step")
+    ax.set_title("PivotRL's sensitivity to H, local CPU, 4 slots", fontsize=9)
+    fig.legend(loc="lower right", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(OUT / "sensitivity.png", dpi=120)
+
+
 if __name__ == "__main__":
     what = sys.argv[1]
     data = json.loads((OUT / f"{what}.json").read_text())
     {"throughput": throughput, "convergence": convergence, "trace": trace,
-     "overheads": overheads}[what](data)
+     "overheads": overheads, "sensitivity": sensitivity}[what](data)

@@ -5,6 +5,7 @@
     python launchers/local_experiments.py trace [--from_throughput] # fig. 10, a PivotRL run
     python launchers/local_experiments.py overheads                # fig. 12 / table 3
     python launchers/local_experiments.py convergence [--steps 20] # fig. 15, 2 seeds
+    python launchers/local_experiments.py sensitivity [--H 1 5 60] # fig. 14: PivotRL per H
 
 Every run of one command shares ONE ``LocalStack`` (GPS and the 4 device slots with their
 vLLM engines and trainer contexts, started once); between runs the stack is reset (slots
@@ -38,14 +39,29 @@ CONVERGENCE = ("colocated", "disaggregated", "pivotrl")
 log = logging.getLogger("pivot.local_experiments")
 
 
+def deployment_of(dep: str):
+    """``pivotrl``, ``disaggregated_1_2``, ... or ``pivotrl_H<seconds>`` (PivotRL with that
+    time window H, sec. 7.3; the sensitivity sweep)."""
+    import dataclasses
+    import functools
+
+    from pivot.local.deployments import LOCAL_DEPLOYMENTS, SPLIT_VARIANTS
+    from pivot.planner.pivot_planner import PivotPlanner
+
+    if dep.startswith("pivotrl_H"):
+        h = float(dep.removeprefix("pivotrl_H"))
+        return dataclasses.replace(LOCAL_DEPLOYMENTS["pivotrl"], name=dep,
+                                   planner=functools.partial(PivotPlanner, H=h))
+    return {**LOCAL_DEPLOYMENTS, **SPLIT_VARIANTS}[dep]
+
+
 def build_driver(dep: str, seed: int, steps: int, run_dir: Path, stack, eval_every: int):
     """A gin-configured LocalDriver (gin/tiny_cpu.gin) for ``dep`` on the shared stack."""
-    from pivot.local.deployments import LOCAL_DEPLOYMENTS, SPLIT_VARIANTS
     from pivot.local.driver import LocalDriver
     from pivot.rl.data import PromptStream
 
     stream = PromptStream(seed=seed)   # the rest of the stream from gin
-    deployment = {**LOCAL_DEPLOYMENTS, **SPLIT_VARIANTS}[dep]
+    deployment = deployment_of(dep)
     return LocalDriver(deployment=deployment, stream=stream, steps=steps,
                        seed=seed, run_dir=str(run_dir), stack=stack, eval_every=eval_every)
 
@@ -53,7 +69,8 @@ def build_driver(dep: str, seed: int, steps: int, run_dir: Path, stack, eval_eve
 def summarize(res: dict) -> dict:
     steps = res["steps"]
     return {"deployment": res["deployment"], "seed": res["seed"],
-            "throughput": res["throughput"], "wall_s": res["wall_s"],
+            "throughput": res["throughput"], "throughput_run": res.get("throughput_run"),
+            "throughput_finished": res.get("throughput_finished"), "wall_s": res["wall_s"],
             "startup_s": res["startup_s"], "shifts": res["shifts"],
             "max_staleness": res["max_staleness"], "tokens": [m["tokens"] for m in steps],
             "reward": [m["reward/mean"] for m in steps], "time_s": [m["time_s"] for m in steps],
@@ -66,7 +83,8 @@ def summarize(res: dict) -> dict:
             "migration": res["migration"], "trace": res.get("trace", [])}
 
 
-def run_all(runs: list[tuple[str, int]], steps: int, eval_every: int, tag: str) -> list[dict]:
+def run_all(runs: list[tuple[str, int]], steps: int, eval_every: int, tag: str,
+            warmup_steps: int = 3) -> list[dict]:
     from pivot.local.stack import LocalStack
 
     # a driver's constructor only checks; it gives the stack its gin-configured settings
@@ -75,6 +93,21 @@ def run_all(runs: list[tuple[str, int]], steps: int, eval_every: int, tag: str) 
     log.info("stack up in %.1f s", stack.startup_s)
     rows = []
     try:
+        if warmup_steps > 0:
+            # A fresh stack's first run paid 12-15 s more than the same run later (the
+            # engines' first batches of each model and size; results/local/STATUS notes):
+            # a discarded PivotRL run (both models on every slot) takes it for all.
+            t = time.perf_counter()
+            d = build_driver("pivotrl", runs[0][1], warmup_steps, OUT / "runs" / "warmup",
+                             stack, -1)
+            shutil.rmtree(OUT / "runs" / "warmup", ignore_errors=True)
+            try:
+                d.run()
+            finally:
+                d.close()
+            shutil.rmtree(OUT / "runs" / "warmup", ignore_errors=True)
+            log.info("warm-up run (%d steps, discarded) in %.1f s", warmup_steps,
+                     time.perf_counter() - t)
         for dep, seed in runs:
             run_dir = OUT / "runs" / f"{tag}_{dep}_s{seed}"
             shutil.rmtree(run_dir, ignore_errors=True)   # a rerun starts clean (no resume)
@@ -118,14 +151,59 @@ def overheads(rows: list[dict]) -> dict:
     return {"phases": table, "migration": per_seq}
 
 
+def throughput_table(rows: list[dict]) -> dict:
+    """Means over seeds (each seed runs every deployment on the same prompts) and ratios
+    against colocated and the better disaggregated split, for each throughput reading
+    (``pivot.local.driver.end_to_end_throughput``)."""
+    out: dict = {}
+    for key in ("throughput", "throughput_run", "throughput_finished"):
+        per: dict[str, list[float]] = {}
+        for r in rows:
+            if r.get(key):
+                per.setdefault(r["deployment"], []).append(r[key])
+        thr = {k: statistics.fmean(v) for k, v in per.items()}
+        splits = {k: thr[k] for k in DISAGG_SPLITS if thr.get(k)}
+        best = max(splits, key=splits.get) if splits else None
+        base = {"disaggregated": splits.get(best), "colocated": thr.get("colocated")}
+        sfx = key.removeprefix("throughput")
+        out[f"throughput{sfx}_mean"] = thr
+        out[f"throughput{sfx}_per_seed"] = per
+        out[f"disaggregated_best_split{sfx}"] = best
+        out[f"ratios{sfx}"] = {d: {f"vs_{k}": (t / b if t and b else None)
+                                   for k, b in base.items()} for d, t in thr.items()}
+    return out
+
+
+def sensitivity(rows: list[dict]) -> dict[str, dict]:
+    """Fig. 14 on the local engines: per H, throughput and shifts per RL step (mean over
+    seeds, each seed in a list)."""
+    per: dict[str, dict] = {}
+    for r in rows:
+        e = per.setdefault(r["deployment"], {"throughput": [], "throughput_run": [],
+                                             "shifts_per_step": []})
+        e["throughput"].append(r["throughput"])
+        e["throughput_run"].append(r["throughput_run"])
+        e["shifts_per_step"].append(r["shifts"] / max(len(r["tokens"]), 1))
+    for e in per.values():
+        e["throughput_mean"] = statistics.fmean(e["throughput"])
+        e["shifts_per_step_mean"] = statistics.fmean(e["shifts_per_step"])
+    return per
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=("throughput", "convergence", "trace", "overheads"))
+    p.add_argument("what", choices=("throughput", "convergence", "trace", "overheads",
+                                    "sensitivity"))
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--seeds", type=int, nargs="+", default=None)
     p.add_argument("--deployments", nargs="+", default=None)
     p.add_argument("--gin_param", action="append", default=[])
+    p.add_argument("--warmup_steps", type=int, default=3,
+                   help="steps of the discarded PivotRL run that warms a fresh stack's "
+                        "engines before the measured runs (0: none)")
+    p.add_argument("--H", type=float, nargs="+", default=[1.0, 3.0, 10.0, 60.0],
+                   help="sensitivity: the time windows H (s) to run PivotRL with")
     p.add_argument("--from_throughput", action="store_true",
                    help="trace: take the PivotRL run of results/local/throughput.json "
                         "instead of running a new one")
@@ -157,7 +235,7 @@ def main() -> int:
         subprocess.run([sys.executable, "analysis/local_plots.py", "trace"], cwd=ROOT,
                        check=False)
         return 0
-    if a.what == "throughput":
+    if a.what in ("throughput", "sensitivity"):
         # A throughput-bound workload: 32 prompts x 4 responses put each replica past the
         # throughput model's knee (24 sequences, results/profile_tiny_share50.json); at
         # the default 8 prompts every deployment is bound by sequence latency instead.
@@ -165,33 +243,25 @@ def main() -> int:
     gin_setup.parse(["gin/tiny_cpu.gin"], a.gin_param)
     if a.what == "throughput":
         deps, seeds, steps, ev = a.deployments or THROUGHPUT, a.seeds or [0], a.steps or 10, -1
+    elif a.what == "sensitivity":
+        deps = a.deployments or [f"pivotrl_H{h:g}" for h in a.H]
+        seeds, steps, ev = a.seeds or [0], a.steps or 10, -1
     elif a.what == "convergence":
         deps, seeds, steps, ev = a.deployments or CONVERGENCE, a.seeds or [0, 1], a.steps or 20, 5
     else:
         deps, seeds, steps, ev = a.deployments or ["pivotrl"], a.seeds or [0], a.steps or 6, -1
     t = time.perf_counter()
-    rows = run_all([(d, s) for s in seeds for d in deps], steps, ev, a.what)
+    rows = run_all([(d, s) for s in seeds for d in deps], steps, ev, a.what, a.warmup_steps)
     if a.what == "convergence":
         # fig. 15 needs the per-step curves only; each run's result.json keeps its trace
         rows = [{k: v for k, v in r.items() if k not in ("trace", "shift_records")}
                 for r in rows]
     out = {"what": a.what, "steps": steps, "wall_s": time.perf_counter() - t,
            "gin_params": a.gin_param, "runs": rows}
+    if a.what == "sensitivity":
+        out["per_H"] = sensitivity(rows)
     if a.what == "throughput":
-        # mean over seeds (each seed runs every deployment on the same prompts)
-        per: dict[str, list[float]] = {}
-        for r in rows:
-            if r["throughput"]:
-                per.setdefault(r["deployment"], []).append(r["throughput"])
-        thr = {k: statistics.fmean(v) for k, v in per.items()}
-        out["throughput_mean"] = thr
-        out["throughput_per_seed"] = per
-        splits = {k: thr[k] for k in DISAGG_SPLITS if thr.get(k)}
-        best = max(splits, key=splits.get) if splits else None
-        out["disaggregated_best_split"] = best
-        base = {"disaggregated": splits.get(best), "colocated": thr.get("colocated")}
-        out["ratios"] = {d: {f"vs_{k}": (t / b if t and b else None) for k, b in base.items()}
-                         for d, t in thr.items()}
+        out.update(throughput_table(rows))
     (OUT / f"{a.what}.json").write_text(json.dumps(out, indent=1))
     subprocess.run([sys.executable, "analysis/local_plots.py", a.what], cwd=ROOT, check=False)
     print(json.dumps({k: v for k, v in out.items() if k != "runs"}, indent=1))
