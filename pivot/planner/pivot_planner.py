@@ -30,15 +30,23 @@ class PivotPlanner(Planner):
         H: seconds a shift's throughput gain is expected to last (sec. 7.3, default 60).
         migrate: simulate alg. 4's migration loop (False for the "+ throughput model"
             ablation, matching a scheduler built with ``migrate_on_shift_up=False``).
+        min_replicas: replicas an inference role keeps when it donates to the other one
+            (0: the paper's planner, which may empty a role). An emptied role takes the
+            next shift back from a loaded replica (a migration) as soon as its work
+            arrives; on the local workload, where rollout's work comes in bursts each
+            publish, 1 kept the planner from emptying rollout twice a step.
     """
 
     def __init__(self, rollout_model: ThroughputModel, reward_model: ThroughputModel,
-                 H: float = 60.0, migrate: bool = True) -> None:
+                 H: float = 60.0, migrate: bool = True, min_replicas: int = 0) -> None:
         super().__init__(rollout_model, reward_model)
         if not H > 0:
             raise StateError(f"H must be > 0 seconds, got {H}")
+        if min_replicas < 0:
+            raise StateError(f"min_replicas must be >= 0, got {min_replicas}")
         self.H = H
         self.migrate = migrate
+        self.min_replicas = min_replicas
         self.last_timings: dict[str, float] = {}
 
     def _plan(self, snap: WorkloadSnapshot) -> ShiftPlan | None:
@@ -65,6 +73,8 @@ class PivotPlanner(Planner):
         pairs = prepare_shift_pairs(snap, up, self.models)
         if idle_only:
             pairs = [p for p in pairs if all(d.role is None for d in p.down)]
+        if self.min_replicas:
+            pairs = _keep_replicas(pairs, other, len(down_load.replicas) - self.min_replicas)
         K = min(up_load.max_replicas - len(up_load.replicas), sum(p.r for p in pairs))
         t1 = time.perf_counter()
         cands = construct_candidates(pairs, K) if K > 0 else {}
@@ -109,6 +119,19 @@ class PivotPlanner(Planner):
             down.extend(pairs[i].down)
             up_devs.extend(pairs[i].up_devices[:e])
         return tuple(down), tuple(up_devs)
+
+
+def _keep_replicas(pairs: list[ShiftPair], role: Role, spare: int) -> list[ShiftPair]:
+    """The pairs, cheapest first, whose donor replicas of ``role`` add up to at most
+    ``spare`` (pairs without such donors are all kept)."""
+    out = []
+    for p in pairs:
+        n = sum(1 for d in p.down if d.role is role)
+        if n and n > spare:
+            continue
+        spare -= n
+        out.append(p)
+    return out
 
 
 @gin.configurable

@@ -131,3 +131,33 @@ def test_rule_based_planner_follows_kv_thresholds():
 def test_vanilla_planner_uses_busy_or_idle_throughput(snapshot):
     plan = VanillaPlanner().plan(snapshot)
     assert plan is None or plan.up_role in (Role.REWARD, Role.ROLLOUT)
+
+
+def _one_host_snapshot():
+    """4 one-device slots on one host: 2 empty rollout replicas, 2 reward replicas with
+    a queue (the local workload between two rollout bursts)."""
+    ro = [ReplicaView(f"ro{i}", Role.ROLLOUT, (i,), 16_000) for i in range(2)]
+    rm = [ReplicaView(f"rm{i}", Role.REWARD, (2 + i,), 16_000) for i in range(2)]
+    sid = 0
+    for r in rm:
+        for _ in range(40):
+            r.running[sid] = 120
+            r.num_tokens += 120
+            sid += 1
+    wait = [(sid + i, 120) for i in range(100)]
+    return WorkloadSnapshot(0.0, RoleLoad(Role.ROLLOUT, ro, [], 1, 16_000, 4, 0.5),
+                            RoleLoad(Role.REWARD, rm, wait, 1, 16_000, 4, 0.5),
+                            TrainingLoad(1), (0, 0, 0, 0))
+
+
+def test_min_replicas_keeps_a_replica_of_the_donating_role():
+    snap = _one_host_snapshot()
+    paper = PivotPlanner(MODEL, MODEL).plan(snap)
+    assert paper.up_role is Role.REWARD
+    assert sorted(d.replica_id for d in paper.down) == ["ro0", "ro1"]   # rollout emptied
+    kept = PivotPlanner(MODEL, MODEL, min_replicas=1).plan(snap)
+    assert kept.up_role is Role.REWARD and len(kept.down) == 1
+    assert len(kept.up_devices) == 1
+    assert PivotPlanner(MODEL, MODEL, min_replicas=2).plan(snap) is None
+    with pytest.raises(StateError, match="min_replicas"):
+        PivotPlanner(MODEL, MODEL, min_replicas=-1)
