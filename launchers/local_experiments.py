@@ -40,19 +40,33 @@ log = logging.getLogger("pivot.local_experiments")
 
 
 def deployment_of(dep: str):
-    """``pivotrl``, ``disaggregated_1_2``, ... or ``pivotrl_H<seconds>`` (PivotRL with that
-    time window H, sec. 7.3; the sensitivity sweep)."""
+    """``pivotrl``, ``disaggregated_1_2``, ... or a PivotRL variant ``pivotrl_H<s>``,
+    ``pivotrl_min<k>``, ``pivotrl_H<s>_min<k>``: time window H (sec. 7.3; the sensitivity
+    sweep) and ``PivotPlanner.min_replicas``, the rest from gin."""
     import dataclasses
     import functools
 
+    from pivot.errors import ConfigError
     from pivot.local.deployments import LOCAL_DEPLOYMENTS, SPLIT_VARIANTS
     from pivot.planner.pivot_planner import PivotPlanner
 
-    if dep.startswith("pivotrl_H"):
-        h = float(dep.removeprefix("pivotrl_H"))
+    if dep.startswith("pivotrl_"):
+        kw: dict[str, float | int] = {}
+        for part in dep.removeprefix("pivotrl_").split("_"):
+            if part.startswith("min") and part[3:].isdigit():
+                kw["min_replicas"] = int(part[3:])
+            elif part.startswith("H"):
+                kw["H"] = float(part[1:])
+            else:
+                raise ConfigError(f"--deployments {dep}: unknown PivotRL variant {part!r}; "
+                                  f"use H<seconds> and/or min<replicas>, e.g. pivotrl_H10_min1")
         return dataclasses.replace(LOCAL_DEPLOYMENTS["pivotrl"], name=dep,
-                                   planner=functools.partial(PivotPlanner, H=h))
-    return {**LOCAL_DEPLOYMENTS, **SPLIT_VARIANTS}[dep]
+                                   planner=functools.partial(PivotPlanner, **kw))
+    known = {**LOCAL_DEPLOYMENTS, **SPLIT_VARIANTS}
+    if dep not in known:
+        raise ConfigError(f"--deployments {dep}: unknown; use one of {sorted(known)} or a "
+                          f"PivotRL variant such as pivotrl_H10_min1")
+    return known[dep]
 
 
 def build_driver(dep: str, seed: int, steps: int, run_dir: Path, stack, eval_every: int):
@@ -250,6 +264,8 @@ def main() -> int:
         deps, seeds, steps, ev = a.deployments or CONVERGENCE, a.seeds or [0, 1], a.steps or 20, 5
     else:
         deps, seeds, steps, ev = a.deployments or ["pivotrl"], a.seeds or [0], a.steps or 6, -1
+    for d in deps:   # a bad name fails here, before any engine starts
+        deployment_of(d)
     t = time.perf_counter()
     rows = run_all([(d, s) for s in seeds for d in deps], steps, ev, a.what, a.warmup_steps)
     if a.what == "convergence":

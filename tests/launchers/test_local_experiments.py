@@ -1,0 +1,32 @@
+"""Names the local measurements accept, and their summaries (no engine)."""
+
+import pytest
+
+from launchers.local_experiments import deployment_of, throughput_table
+from pivot.errors import ConfigError
+
+
+def test_pivotrl_variants_set_the_planner_knobs_and_keep_the_rest():
+    d = deployment_of("pivotrl_H10_min1")
+    assert d.name == "pivotrl_H10_min1"
+    assert d.planner.keywords == {"H": 10.0, "min_replicas": 1}
+    base = deployment_of("pivotrl")
+    assert (d.staleness, d.rollout_devices, d.reward_devices) == (
+        base.staleness, base.rollout_devices, base.reward_devices)
+
+
+@pytest.mark.parametrize("bad", ["pivotrl_x", "nope", "pivotrl_minX"])
+def test_an_unknown_deployment_is_a_config_error_naming_it(bad):
+    with pytest.raises(ConfigError, match=bad):
+        deployment_of(bad)
+
+
+def test_ratios_are_taken_against_the_better_disaggregated_split():
+    rows = [{"deployment": d, "throughput": t, "throughput_run": t, "throughput_finished": t}
+            for d, t in (("colocated", 100.0), ("disaggregated", 200.0),
+                         ("disaggregated_1_2", 300.0), ("pivotrl", 330.0), ("pivotrl", 270.0))]
+    out = throughput_table(rows)
+    assert out["disaggregated_best_split"] == "disaggregated_1_2"
+    assert out["throughput_mean"]["pivotrl"] == pytest.approx(300.0)
+    assert out["ratios"]["pivotrl"] == {"vs_disaggregated": pytest.approx(1.0),
+                                        "vs_colocated": pytest.approx(3.0)}
