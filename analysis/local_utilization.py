@@ -19,7 +19,7 @@ of them in proportion. Usage:
     python analysis/local_utilization.py [results/local/throughput.json] [--tag throughput]
 
 Reads each run's ``results/local/runs/<tag>_<deployment>_s<seed>/result.json`` and writes
-``results/local/utilization.json``.
+``results/local/utilization.json`` (``utilization_<tag>.json`` for another summary).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def main() -> None:
     p.add_argument("summary", nargs="?", default="results/local/throughput.json")
     a = p.parse_args()
     src = json.loads((ROOT / a.summary).read_text())
-    tag = src["what"]
+    tag = src.get("tag", src["what"])
     per: dict[str, list[dict[str, float]]] = {}
     for row in src["runs"]:
         f = ROOT / "results/local/runs" / f"{tag}_{row['deployment']}_s{row['seed']}/result.json"
@@ -89,7 +89,8 @@ def main() -> None:
     table = {dep: {k: statistics.fmean(u[k] for u in us) for k in STATES}
              for dep, us in per.items()}
     out = {"source": a.summary, "states": STATES, "mean_over_seeds": table}
-    (ROOT / "results/local/utilization.json").write_text(json.dumps(out, indent=1))
+    name = "utilization" if tag == "throughput" else f"utilization_{tag}"
+    (ROOT / f"results/local/{name}.json").write_text(json.dumps(out, indent=1))
     print(f"{'deployment':<20}" + "".join(f"{k:>12}" for k in STATES))
     for dep, row in table.items():
         print(f"{dep:<20}" + "".join(f"{row[k]:>12.1%}" for k in STATES))

@@ -213,6 +213,9 @@ def main() -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=None)
     p.add_argument("--deployments", nargs="+", default=None)
     p.add_argument("--gin_param", action="append", default=[])
+    p.add_argument("--out", default=None,
+                   help="write results/local/<out>.json and runs/<out>_* instead of "
+                        "<what>.json and runs/<what>_* (no plot)")
     p.add_argument("--warmup_steps", type=int, default=3,
                    help="steps of the discarded PivotRL run that warms a fresh stack's "
                         "engines before the measured runs (0: none)")
@@ -229,11 +232,16 @@ def main() -> int:
     setup_logging()
     OUT.mkdir(parents=True, exist_ok=True)
     if a.what == "overheads":
-        rows = []
+        rows, sources = [], []
         for f in ("throughput.json", "trace.json"):
-            if (OUT / f).is_file():
-                rows += json.loads((OUT / f).read_text())["runs"]
-        out = {"what": "overheads", "sources": ["throughput.json", "trace.json"],
+            if not (OUT / f).is_file():
+                continue
+            src = json.loads((OUT / f).read_text())
+            if src.get("source") in sources:   # trace --from_throughput: the same runs
+                continue
+            rows += src["runs"]
+            sources.append(f)
+        out = {"what": "overheads", "sources": sources,
                **overheads(rows)}
         (OUT / "overheads.json").write_text(json.dumps(out, indent=1))
         subprocess.run([sys.executable, "analysis/local_plots.py", "overheads"], cwd=ROOT,
@@ -267,19 +275,22 @@ def main() -> int:
     for d in deps:   # a bad name fails here, before any engine starts
         deployment_of(d)
     t = time.perf_counter()
-    rows = run_all([(d, s) for s in seeds for d in deps], steps, ev, a.what, a.warmup_steps)
+    name = a.out or a.what
+    rows = run_all([(d, s) for s in seeds for d in deps], steps, ev, name, a.warmup_steps)
     if a.what == "convergence":
         # fig. 15 needs the per-step curves only; each run's result.json keeps its trace
         rows = [{k: v for k, v in r.items() if k not in ("trace", "shift_records")}
                 for r in rows]
-    out = {"what": a.what, "steps": steps, "wall_s": time.perf_counter() - t,
+    out = {"what": a.what, "tag": name, "steps": steps, "wall_s": time.perf_counter() - t,
            "gin_params": a.gin_param, "runs": rows}
     if a.what == "sensitivity":
         out["per_H"] = sensitivity(rows)
     if a.what == "throughput":
         out.update(throughput_table(rows))
-    (OUT / f"{a.what}.json").write_text(json.dumps(out, indent=1))
-    subprocess.run([sys.executable, "analysis/local_plots.py", a.what], cwd=ROOT, check=False)
+    (OUT / f"{name}.json").write_text(json.dumps(out, indent=1))
+    if name == a.what:
+        subprocess.run([sys.executable, "analysis/local_plots.py", a.what], cwd=ROOT,
+                       check=False)
     print(json.dumps({k: v for k, v in out.items() if k != "runs"}, indent=1))
     return 0
 
