@@ -277,8 +277,9 @@ def main() -> int:
     t = time.perf_counter()
     name = a.out or a.what
     rows = run_all([(d, s) for s in seeds for d in deps], steps, ev, name, a.warmup_steps)
-    if a.what == "convergence":
-        # fig. 15 needs the per-step curves only; each run's result.json keeps its trace
+    if a.what in ("convergence", "sensitivity"):
+        # the curves and figures need the per-step rows only; each run's result.json
+        # keeps its trace and shift records
         rows = [{k: v for k, v in r.items() if k not in ("trace", "shift_records")}
                 for r in rows]
     out = {"what": a.what, "tag": name, "steps": steps, "wall_s": time.perf_counter() - t,
