@@ -16,9 +16,10 @@ The first five come from the allocation trace (one sample per planner tick, abou
 apart, each sample held until the next), so they are estimates; ``shifting`` is taken out
 of them in proportion. Usage:
 
-    python analysis/local_utilization.py [results/local/throughput.json] [--tag throughput]
+    python analysis/local_utilization.py [results/local/throughput.json]
 
-Reads each run's ``results/local/runs/<tag>_<deployment>_s<seed>/result.json`` and writes
+Reads each run's ``results/local/runs/<tag>_<deployment>_s<seed>/result.json`` (the
+summary's ``tag``, else its ``what``) and writes
 ``results/local/utilization.json`` (``utilization_<tag>.json`` for another summary).
 """
 

@@ -97,6 +97,16 @@ def summarize(res: dict) -> dict:
             "migration": res["migration"], "trace": res.get("trace", [])}
 
 
+def run_one(dep: str, seed: int, steps: int, run_dir: Path, stack, eval_every: int) -> dict:
+    """One run of ``dep`` on the shared stack, from a clean ``run_dir`` (no resume)."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    d = build_driver(dep, seed, steps, run_dir, stack, eval_every)
+    try:
+        return d.run().to_dict(trace=True)
+    finally:
+        d.close()
+
+
 def run_all(runs: list[tuple[str, int]], steps: int, eval_every: int, tag: str,
             warmup_steps: int = 3) -> list[dict]:
     from pivot.local.stack import LocalStack
@@ -109,27 +119,16 @@ def run_all(runs: list[tuple[str, int]], steps: int, eval_every: int, tag: str,
     try:
         if warmup_steps > 0:
             # A fresh stack's first run paid 12-15 s more than the same run later (the
-            # engines' first batches of each model and size; results/local/STATUS notes):
-            # a discarded PivotRL run (both models on every slot) takes it for all.
+            # engines' first batches of each model and size; STATUS.md, issue 6): a
+            # discarded PivotRL run (both models on every slot) takes it for all.
             t = time.perf_counter()
-            d = build_driver("pivotrl", runs[0][1], warmup_steps, OUT / "runs" / "warmup",
-                             stack, -1)
-            shutil.rmtree(OUT / "runs" / "warmup", ignore_errors=True)
-            try:
-                d.run()
-            finally:
-                d.close()
+            run_one("pivotrl", runs[0][1], warmup_steps, OUT / "runs" / "warmup", stack, -1)
             shutil.rmtree(OUT / "runs" / "warmup", ignore_errors=True)
             log.info("warm-up run (%d steps, discarded) in %.1f s", warmup_steps,
                      time.perf_counter() - t)
         for dep, seed in runs:
             run_dir = OUT / "runs" / f"{tag}_{dep}_s{seed}"
-            shutil.rmtree(run_dir, ignore_errors=True)   # a rerun starts clean (no resume)
-            d = build_driver(dep, seed, steps, run_dir, stack, eval_every)
-            try:
-                res = d.run().to_dict(trace=True)
-            finally:
-                d.close()
+            res = run_one(dep, seed, steps, run_dir, stack, eval_every)
             (run_dir / "result.json").write_text(json.dumps(res))
             row = summarize(res)
             row["stack_startup_s"] = stack.startup_s

@@ -60,7 +60,8 @@ class LocalResult:
     def to_dict(self, trace: bool = True) -> dict[str, Any]:
         st = self.steps
         out = {"group": self.group, "deployment": self.deployment, "seed": self.seed,
-               **end_to_end_throughput(st), "step_time": (st[-1]["time_s"] / len(st)) if st else None,
+               **end_to_end_throughput(st),
+               "step_time": (st[-1]["time_s"] / len(st)) if st else None,
                "shifts": len(self.shifts), "events_per_s": None, "wall_s": self.wall_s,
                "startup_s": self.startup_s, "steps": st, **self.extra}
         if trace:
