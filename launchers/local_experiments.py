@@ -11,8 +11,10 @@ Every run of one command shares ONE ``LocalStack`` (GPS and the 4 device slots w
 vLLM engines and trainer contexts, started once); between runs the stack is reset (slots
 idle, initial weights back in GPS), never restarted, so the deployments run on the same
 engines and workload back to back. Settings come from gin/tiny_cpu.gin (``--gin_param``
-overrides). ``overheads`` reads the shift records of the throughput and trace runs (fig.
-12's phases per role; table 3's abort/dispatch per migrated sequence). Plots:
+overrides). The summaries (results/local/<what>.json) keep per-step rows; each run's whole
+result, with its allocation trace and shift records, is in results/local/runs/ (not in
+git). ``overheads`` reads the shift records of the throughput and trace runs from there
+(fig. 12's phases per role; table 3's abort/dispatch per migrated sequence). Plots:
 ``analysis/local_plots.py``.
 """
 
@@ -93,8 +95,20 @@ def summarize(res: dict) -> dict:
             "gps_write_s": [m.get("gps/write_s") for m in steps],
             "rollout_refresh_s": [m.get("gps/rollout_refresh_s") for m in steps],
             "val_acc": [m.get("val/accuracy_at_1") for m in steps],
-            "lengths_fed": res.get("lengths_fed"), "shift_records": res.get("shift_records", []),
-            "migration": res["migration"], "trace": res.get("trace", [])}
+            "lengths_fed": res.get("lengths_fed"), "migration": res["migration"]}
+
+
+def run_result(tag: str, row: dict) -> dict:
+    """The whole result of a summary row's run (its trace and shift records too), from
+    ``results/local/runs/<tag>_<deployment>_s<seed>/result.json``; the summaries keep
+    the per-step rows only, so they stay small enough for git."""
+    from pivot.errors import ConfigError
+
+    f = OUT / "runs" / f"{tag}_{row['deployment']}_s{row['seed']}" / "result.json"
+    if not f.is_file():
+        raise ConfigError(f"{f} is missing: run `launchers/local_experiments.py {tag}` "
+                          f"here first (run folders are not kept in git)")
+    return json.loads(f.read_text())
 
 
 def run_one(dep: str, seed: int, steps: int, run_dir: Path, stack, eval_every: int) -> dict:
@@ -238,7 +252,8 @@ def main() -> int:
             src = json.loads((OUT / f).read_text())
             if src.get("source") in sources:   # trace --from_throughput: the same runs
                 continue
-            rows += src["runs"]
+            tag = src.get("tag", src["what"])
+            rows += [run_result(tag, r) for r in src["runs"]]
             sources.append(f)
         out = {"what": "overheads", "sources": sources,
                **overheads(rows)}
@@ -250,6 +265,7 @@ def main() -> int:
     if a.what == "trace" and a.from_throughput:
         src = json.loads((OUT / "throughput.json").read_text())
         rows = [r for r in src["runs"] if r["deployment"] == "pivotrl"]
+        rows[0] = {**rows[0], "trace": run_result(src.get("tag", "throughput"), rows[0])["trace"]}
         out = {"what": "trace", "steps": src["steps"], "source": "throughput.json",
                "runs": rows}
         (OUT / "trace.json").write_text(json.dumps(out, indent=1))
@@ -276,11 +292,8 @@ def main() -> int:
     t = time.perf_counter()
     name = a.out or a.what
     rows = run_all([(d, s) for s in seeds for d in deps], steps, ev, name, a.warmup_steps)
-    if a.what in ("convergence", "sensitivity"):
-        # the curves and figures need the per-step rows only; each run's result.json
-        # keeps its trace and shift records
-        rows = [{k: v for k, v in r.items() if k not in ("trace", "shift_records")}
-                for r in rows]
+    if a.what == "trace":   # fig. 10 draws the first run's allocation trace
+        rows[0]["trace"] = run_result(name, rows[0])["trace"]
     out = {"what": a.what, "tag": name, "steps": steps, "wall_s": time.perf_counter() - t,
            "gin_params": a.gin_param, "runs": rows}
     if a.what == "sensitivity":

@@ -30,3 +30,9 @@ def test_ratios_are_taken_against_the_better_disaggregated_split():
     assert out["throughput_mean"]["pivotrl"] == pytest.approx(300.0)
     assert out["ratios"]["pivotrl"] == {"vs_disaggregated": pytest.approx(1.0),
                                         "vs_colocated": pytest.approx(3.0)}
+
+
+def test_a_summary_row_without_its_run_folder_names_the_command_to_run():
+    from launchers.local_experiments import run_result
+    with pytest.raises(ConfigError, match=r"local_experiments.py nosuchtag"):
+        run_result("nosuchtag", {"deployment": "pivotrl", "seed": 0})
