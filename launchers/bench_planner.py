@@ -96,7 +96,8 @@ def bench(devices: int, trials: int) -> dict:
         dispatch_us.append(1e6 * (t2 - t1) / max(moved, 1))
         ro.shift_up([ReplicaView(v.replica_id, Role.ROLLOUT, v.devices, v.kv_capacity)
                      for v in views])
-    ms = lambda xs: (1e3 * statistics.mean(xs), 1e3 * (statistics.pstdev(xs) if len(xs) > 1 else 0))
+    def ms(xs):
+        return 1e3 * statistics.mean(xs), 1e3 * (statistics.pstdev(xs) if len(xs) > 1 else 0)
     return {
         "devices": devices,
         "trials": trials,

@@ -1,8 +1,9 @@
 """Shift-down and shift-up times per phase on the local mesh (the paper's fig. 12 split).
 
 Spawns one device slot per proc on this host (``--devices``, default 4), puts a policy
-and a GenRM of a few MB each in the Global Parameter Storage (one GPS actor), and repeats: a rollout replica
-shifts to reward and back, and training (AdamW state of the policy) shifts down and up.
+and a GenRM of a few MB each in the Global Parameter Storage (one GPS actor), and repeats: a
+rollout replica shifts to reward and back, and training (AdamW state of the policy) shifts
+down and up.
 Reports each phase's time inside the slot, the controller's end-to-end time per shift
 (phases + Monarch calls), and, for comparison, stopping a slot's actor and spawning a
 fresh one on the same proc (the design the runtime did not take; see pivot/runtime/slot.py).

@@ -57,6 +57,6 @@ def init_wandb(run_dir: Path, name: str, config_str: str, group: str | None = No
         run = wandb.init(project="pivotrl-sim", name=name, group=group, dir=str(run_dir),
                          config={"gin": config_str}, reinit="finish_previous")
         return run
-    except Exception as e:  # wandb is optional for a run's results
+    except Exception as e:  # noqa: BLE001 - wandb is optional for a run's results
         log.warning("wandb disabled: %s", e)
         return None

@@ -10,7 +10,8 @@ PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 PIP=".venv/bin/python -m pip"
-if .venv/bin/python -c "import pivot, torch, vllm, monarch, torchtitan, nixl, gin" 2>/dev/null; then
+if .venv/bin/python -c "import pivot, torch, vllm, monarch, torchtitan, nixl, gin, build" 2>/dev/null \
+    && [ -x .venv/bin/ruff ]; then
   echo "install.sh: environment already complete"; exit 0
 fi
 $PIP install -q --upgrade pip

@@ -41,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="results/reliability/soak.json")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    logging.getLogger("pivot").setLevel(logging.CRITICAL)  # injected faults log errors; counted below
+    # Injected faults log errors; they are counted below.
+    logging.getLogger("pivot").setLevel(logging.CRITICAL)
     os.chdir(ROOT)
     cfg = SoakConfig(devices=a.devices, target_shifts=a.shifts, kill_rate=a.kill_rate,
                      shift_fail_rate=a.shift_fail_rate, full_check_every=a.full_check_every,

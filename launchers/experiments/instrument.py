@@ -5,8 +5,9 @@ no replica while it has work, for one model group and a few deployments.
         [--deps disaggregated rule_based vanilla pivotrl] [--steps 5] [--prompts 32]
 
 Each deployment runs at the split fig. 9 chose (results/sim/fig9.json; the strategies use
-their source deployment's split, as fig. 11 does). Writes results/sim/instrument_<group>_p<prompts>.json
-(a summary per deployment plus a thinned allocation trace) and prints the summary.
+their source deployment's split, as fig. 11 does). Writes
+results/sim/instrument_<group>_p<prompts>.json (a summary per deployment plus a thinned
+allocation trace) and prints the summary.
 """
 
 from __future__ import annotations

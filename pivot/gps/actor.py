@@ -210,7 +210,7 @@ def _remote_transport() -> Transport:
         from pivot.gps.nixl import NixlTransport
 
         return NixlTransport()
-    except Exception as e:  # no nixl wheel, or UCX cannot start
+    except Exception as e:  # noqa: BLE001 - no nixl wheel, or UCX cannot start
         logger.warning("NIXL unavailable (%s); remote GPS links use Monarch", e)
         return MonarchTransport()
 
@@ -339,7 +339,7 @@ class GlobalParameterStorage:
         for h, man in pinned.items():
             try:
                 self.hosts[h].release(model, man.version)
-            except Exception as e:  # a dead host: nothing left to release
+            except Exception as e:  # noqa: BLE001 - a dead host: nothing left to release
                 logger.warning("GPS host %d: release of %s v%d failed: %s", h, model,
                                man.version, e)
 
@@ -405,7 +405,7 @@ class GlobalParameterStorage:
         for h in hosts:
             try:
                 self.hosts[h].discard(model, version)
-            except Exception as e:  # a dead host: its store is gone with it
+            except Exception as e:  # noqa: BLE001 - a dead host: its store is gone with it
                 logger.warning("GPS host %d: discard of %s v%d failed: %s", h, model,
                                version, e)
 
@@ -414,7 +414,7 @@ class GlobalParameterStorage:
         for h in range(len(self.hosts)):
             try:
                 self.hosts[h].publish(model, version)
-            except Exception as e:  # the host died after installing: roll forward
+            except Exception as e:  # noqa: BLE001 - the host died after installing: roll forward
                 failed[h] = str(e)
         if failed:
             raise StateError(f"Write of {model} v{version}: installed on every GPS host, but "

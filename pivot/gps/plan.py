@@ -9,12 +9,12 @@
    replica holder) for Write (every holder must receive it; the devices become senders).
 3. Greedy balancing: each demand goes to the candidate sender with the least accumulated
    estimated latency after taking it (for Write, whose candidate sets overlap, the plan
-   falls back to first-holder in the rare case that is better) (``bytes / link bandwidth + per-transfer constant``;
-   node-local PCIe vs remote RDMA). Demands are swept largest first; a run of demands with
-   the same size, candidates and receiving host is assigned in closed form (water filling
-   over the candidates, then a fix-up of at most a few single steps), which is exactly the
-   one-at-a-time greedy up to ties, in a few list operations per run instead of per
-   demand (:mod:`pivot.gps.greedy`).
+   falls back to first-holder in the rare case that is better) (``bytes / link bandwidth +
+   per-transfer constant``; node-local PCIe vs remote RDMA). Demands are swept largest
+   first; a run of demands with the same size, candidates and receiving host is assigned
+   in closed form (water filling over the candidates, then a fix-up of at most a few single
+   steps), which is exactly the one-at-a-time greedy up to ties, in a few list operations
+   per run instead of per demand (:mod:`pivot.gps.greedy`).
 4. Caching: :class:`Planner` memoises plans by the signature ``<M, G, P>``; models, GPS
    layout, device-to-host map and link profile are fixed per planner.
 """

@@ -114,7 +114,7 @@ def _probe(handle: Any, models: Mapping[str, ModelMeta]) -> dict[str, int | None
     """Latest version per model on a host, or None when the host does not answer."""
     try:
         return {m: handle.latest(m) for m in models}
-    except Exception as e:  # a dead actor: any error from its endpoint
+    except Exception as e:  # noqa: BLE001 - a dead actor: any error from its endpoint
         logger.info("GPS host %s does not answer: %s", getattr(handle, "index", "?"), e)
         return None
 
@@ -245,7 +245,7 @@ class PeerTransports:
                 from pivot.gps.nixl import NixlTransport
 
                 self.remote = NixlTransport()
-            except Exception as e:  # no nixl wheel, or UCX cannot start
+            except Exception as e:  # noqa: BLE001 - no nixl wheel, or UCX cannot start
                 logger.warning("NIXL unavailable (%s); the rebuild pulls over Monarch", e)
                 self.remote = MonarchTransport()
         return self.remote
@@ -300,7 +300,7 @@ def _end_lease(gps: GlobalParameterStorage, hosts: list[int], holder: str) -> No
     for h in hosts:
         try:
             gps.hosts[h].end_lease(holder)
-        except Exception as e:  # it died meanwhile; its lease went with it
+        except Exception as e:  # noqa: BLE001 - it died meanwhile; its lease went with it
             logger.warning("GPS host %d: end of lease %r failed: %s", h, holder, e)
 
 

@@ -14,6 +14,6 @@ def run_closers(closers: list[Callable[[], object]]) -> None:
     for fn in reversed(closers):
         try:
             fn()
-        except Exception as e:  # keep closing the rest
+        except Exception as e:  # noqa: BLE001 - keep closing the rest
             log.warning("close: %s", e)
     closers.clear()

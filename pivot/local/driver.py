@@ -13,10 +13,8 @@ through the executor, and runs ``pivot.rl.loop.RLLoop``.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +35,7 @@ from pivot.rl.workflow import RLWorkflow
 from pivot.scheduler.scheduler import ShiftAwareScheduler
 from pivot.scheduler.throughput import BinaryThroughputModel, ThroughputModel
 from pivot.sim.deployment import Deployment
-from pivot.types import GENRM, INFERENCE_ROLES, POLICY, Role
+from pivot.types import INFERENCE_ROLES, POLICY, Role
 
 log = logging.getLogger(__name__)
 logging.getLogger("monarch._src.actor.telemetry").setLevel(logging.ERROR)  # Future.get in the loop

@@ -171,7 +171,7 @@ class Fleet:
                 view = sched.replicas.get(rid)
                 if view is None:
                     continue
-                mine = {s: max(l, sched.seqs[s].prompt_len) for s, l in lens.items()
+                mine = {s: max(n, sched.seqs[s].prompt_len) for s, n in lens.items()
                         if s in view.running and s in sched.seqs}
                 if mine:
                     sched.update_lengths(rid, mine)

@@ -150,7 +150,7 @@ class LocalStack:
             try:
                 self.ctl.stop()
                 self.ctl.alloc.procs.stop().get()
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - closing goes on past a dead slot
                 log.warning("close: stopping the slots: %s", e)
             self.ctl = None
 

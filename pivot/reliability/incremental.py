@@ -200,7 +200,7 @@ class IncrementalChecker:
     def check(self) -> list[str]:
         """The incremental pass: every invariant, over what changed since the last pass."""
         t0 = time.perf_counter()
-        src, idx = self.src, self.idx
+        src = self.src
         touched = src.touched
         out: list[str] = []
         version, released, staleness = src.counters()

@@ -132,7 +132,8 @@ class SlotActor(Actor):
             src = ctx.gradient_tensors()
         else:
             raise StateError(f"slot {self.device}: {role.value} context has no tensor item "
-                             f"{item!r}; use 'weights' or, for training, 'optimizer_state' or 'gradients'")
+                             f"{item!r}; use 'weights' or, for training, 'optimizer_state' "
+                             f"or 'gradients'")
         return {k: v.detach().to("cpu", copy=True) for k, v in src.items()}
 
     @endpoint
@@ -164,7 +165,9 @@ class SlotActor(Actor):
         return self.contexts[role]
 
     def _holding(self) -> str:
-        return "nothing" if self.active is None else f"{self.active.value} replica {self.replica_id}"
+        if self.active is None:
+            return "nothing"
+        return f"{self.active.value} replica {self.replica_id}"
 
     @staticmethod
     def _no_read():

@@ -207,7 +207,8 @@ class WhatIfLoad(LoadArrays):
         self._ids = self._ids + [v.replica_id for v in views]
         for k, v in enumerate(views, start=len(self._ids) - len(views)):
             self._index[v.replica_id] = k
-        grow = lambda a, xs: np.concatenate([a, np.array(xs, dtype=float)])
+        def grow(a, xs):
+            return np.concatenate([a, np.array(xs, dtype=float)])
         self._nseq = grow(self._nseq, [v.num_seqs for v in views])
         self._ntok = grow(self._ntok, [v.num_tokens for v in views])
         self._cap = grow(self._cap, [v.kv_capacity for v in views])

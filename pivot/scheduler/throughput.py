@@ -188,10 +188,10 @@ def fit_throughput_model(samples: Iterable[LatencySample]) -> tuple[ThroughputMo
     """Fits A, B, C, D to measured decode steps by least squares (app. A).
 
     Rows are weighted by 1 / latency (relative error), since steps of a long batch would
-    otherwise drown the short ones. The max makes the model piecewise linear. With the breakpoint n* = B / C fixed, the
-    latency is A * N_tok + C * max(n*, N_seq) + D, linear in (A, C, D) with B = C * n*. We
-    scan n* over the measured batch sizes (and the midpoints between them), solve a
-    non-negative least squares problem for each, and keep the best.
+    otherwise drown the short ones. The max makes the model piecewise linear. With the
+    breakpoint n* = B / C fixed, the latency is A * N_tok + C * max(n*, N_seq) + D, linear
+    in (A, C, D) with B = C * n*. We scan n* over the measured batch sizes (and the
+    midpoints between them), solve a non-negative least squares problem for each, and keep the best.
 
     Raises:
         StateError: fewer than 4 samples, or a sample with a non-positive latency.

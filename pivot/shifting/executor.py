@@ -21,6 +21,7 @@ from typing import Protocol
 
 from pivot.errors import StateError
 from pivot.planner.plan import ShiftDown, ShiftPlan
+from pivot.shifting.device_map import DeviceMap
 from pivot.shifting.role_shift import SlotKind
 from pivot.shifting.shifter import ShiftError, Shifter
 from pivot.types import INFERENCE_ROLES, ReplicaView, Role
@@ -299,8 +300,8 @@ class ShiftExecutor:
                     raise StateError(
                         f"ShiftPlan.down: donor {d.role.value} replica {rid} with devices "
                         f"{list(d.devices)} does not match the device map "
-                        f"({[dm.state(x).describe() for x in d.devices if 0 <= x < dm.num_devices]});"
-                        f" re-plan from a fresh snapshot")
+                        f"({_describe(dm, d.devices)}); "
+                        f"re-plan from a fresh snapshot")
                 d = ShiftDown(d.role, rid, d.devices)
             if freed & set(d.devices):
                 raise StateError(f"ShiftPlan.down: devices {sorted(freed & set(d.devices))} "
@@ -320,7 +321,7 @@ class ShiftExecutor:
             if missing:
                 raise StateError(
                     f"ShiftPlan.up_devices: devices {missing} are neither idle nor freed by "
-                    f"the plan's donors ({[dm.state(x).describe() for x in missing if 0 <= x < dm.num_devices]})")
+                    f"the plan's donors ({_describe(dm, missing)})")
         return donors
 
 
@@ -338,3 +339,8 @@ def _resume(stages: Generator, value: object = None, exc: BaseException | None =
         return stages.throw(exc) if exc is not None else stages.send(value)
     except StopIteration as stop:
         return stop.value
+
+
+def _describe(dm: DeviceMap, devices) -> list[str]:
+    """The device map's state of each of ``devices`` that exists, for error messages."""
+    return [dm.state(x).describe() for x in devices if 0 <= x < dm.num_devices]

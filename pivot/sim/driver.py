@@ -14,7 +14,6 @@ from __future__ import annotations
 import heapq
 import logging
 import time
-from dataclasses import dataclass, field
 
 import gin
 import numpy as np

@@ -35,7 +35,8 @@ def test_a_dapo_file_in_the_real_schema_loads(tmp_path):
 def test_a_dapo_file_missing_a_column_names_the_file_and_the_column(tmp_path):
     rows = [{k: v for k, v in r.items() if k != "reward_model"} for r in dapo_rows()]
     path = write(tmp_path, rows, "broken.parquet")
-    with pytest.raises(ConfigError, match=r"broken\.parquet.*missing column\(s\) \['reward_model'\]"):
+    with pytest.raises(ConfigError,
+                       match=r"broken\.parquet.*missing column\(s\) \['reward_model'\]"):
         load_dapo_parquet(path)
 
 

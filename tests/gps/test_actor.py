@@ -110,7 +110,7 @@ def test_a_read_during_writes_returns_one_whole_version(sharded):
                 if len(vals) != 1:
                     errors.append(vals)
                 seen.update(vals)
-            except Exception as e:  # surfaced below
+            except Exception as e:  # noqa: BLE001 - surfaced below
                 errors.append(e)
 
     th = threading.Thread(target=reader)

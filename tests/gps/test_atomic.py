@@ -245,7 +245,7 @@ def test_a_write_during_a_rebuild_is_refused_or_waits_and_neither_is_corrupted(f
     def rebuild():
         try:
             gps.rebuild(lost, LocalHost(fresh, peers))
-        except Exception as e:  # surfaced below
+        except Exception as e:  # noqa: BLE001 - surfaced below
             errors.append(e)
     th = threading.Thread(target=rebuild)
     th.start()
@@ -281,7 +281,7 @@ def test_a_rebuild_during_another_clients_write_is_refused_and_both_end_consiste
     def w():
         try:
             writer.write("policy", (0,), FULL, {0: constant(9)})
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - surfaced below
             failed.append(e)
     th = threading.Thread(target=w)
     th.start()

@@ -1,5 +1,7 @@
 """Tests of the refinement, the greedy plan and the plan cache (appendix B.2)."""
 
+import os
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -12,7 +14,7 @@ from pivot.gps.plan import Link, LinkProfile, Planner
 
 from conftest import setups, storage_with_k
 
-SETTINGS = settings(max_examples=int(__import__("os").environ.get("GPS_EXAMPLES", 60)), deadline=None,
+SETTINGS = settings(max_examples=int(os.environ.get("GPS_EXAMPLES", 60)), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
 

@@ -36,7 +36,7 @@ def test_the_genrm_ends_with_a_score_line_and_prefers_the_right_answer(models):
 
     tok, _, genrm = models
     recs = [r for r in validation_records(MathTaskConfig()) if r["extra_info"]["level"] == 1]
-    prompts, truth = [], []
+    prompts = []
     for r in recs[:40]:
         gt = int(ground_truth(r))
         prompts += [build_genrm_prompt(question_of_record(r), f" Answer: {gt}"),

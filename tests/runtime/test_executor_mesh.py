@@ -3,7 +3,7 @@
 import pytest
 
 from pivot.planner.plan import ShiftDown, ShiftPlan
-from pivot.scheduler import Abort, Dispatch, ShiftAwareScheduler, ThroughputModel
+from pivot.scheduler import Abort, ShiftAwareScheduler, ThroughputModel
 from pivot.shifting.device_map import replay
 from pivot.shifting.executor import MigrationStats, ShiftExecutor
 from pivot.shifting.role_shift import SlotKind

@@ -4,7 +4,7 @@ import itertools
 
 from hypothesis import given, settings, strategies as st
 
-from pivot.scheduler import Abort, Dispatch, ShiftAwareScheduler, ThroughputModel
+from pivot.scheduler import Abort, ShiftAwareScheduler, ThroughputModel
 from pivot.scheduler.load import WhatIfLoad
 from pivot.scheduler.migration import shift_down_migration, shift_up_migration
 from pivot.types import ReplicaView, Role, RoleLoad, SequenceState

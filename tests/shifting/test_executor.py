@@ -57,7 +57,8 @@ class FakeScheduler:
 
     def shift_up(self, new_replicas):
         self.new = list(new_replicas)
-        self.rec._hit(f"{self.role.value}.shift_up:{','.join(r.replica_id for r in new_replicas)}", 0.0)
+        ids = ",".join(r.replica_id for r in new_replicas)
+        self.rec._hit(f"{self.role.value}.shift_up:{ids}", 0.0)
         return [f"dispatch@{r.replica_id}" for r in new_replicas]
 
 
