@@ -18,7 +18,9 @@ import sys
 import time
 from dataclasses import asdict
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from pivot.paths import REPO_ROOT
+
+ROOT = str(REPO_ROOT)
 log = logging.getLogger("bench_engine")
 
 
@@ -42,7 +44,6 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="results/engine_bench.json")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    sys.path.insert(0, ROOT)
     from pivot.roles.engine.config import EngineConfig
     from pivot.roles.engine.memory import tree_rss
     from pivot.roles.engine.tiny import make_tiny_qwen3, random_state_dict

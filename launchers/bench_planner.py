@@ -25,7 +25,7 @@ from pivot.types import (ReplicaView, Role, RoleLoad, SequenceState, TrainingLoa
                          WorkloadSnapshot)
 
 # Per-replica decode profiles of the 7B (TP1) and 30B-A3B (EP4) models on H100, from the
-# ITL fits of shared/calibration/README.md (8B: 8.6 + 0.086 N ms; 30B-A3B EP2: 15.8 +
+# ITL fits of third_party/calibration/README.md (8B: 8.6 + 0.086 N ms; 30B-A3B EP2: 15.8 +
 # 0.063 N ms), with a KV-read term of 1e-8 s per cached token. Only their shapes matter here.
 ROLLOUT = ThroughputModel(A=1e-8, B=0.0, C=0.086e-3, D=8.6e-3)
 REWARD = ThroughputModel(A=1e-8, B=0.0, C=0.063e-3, D=15.8e-3)

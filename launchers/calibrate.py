@@ -20,12 +20,10 @@ import math
 import os
 import statistics
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from pivot.paths import REPO_ROOT as ROOT
 
-from pivot.sim import calibrate as cal  # noqa: E402
+from pivot.sim import calibrate as cal
 
 log = logging.getLogger("pivot.calibrate")
 GIN = "gin/calibration/verl_dapo7b.gin"

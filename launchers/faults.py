@@ -18,13 +18,11 @@ import logging
 import os
 import sys
 from dataclasses import asdict
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from pivot.paths import REPO_ROOT as ROOT
 
-from pivot.reliability.bad_input import run_all  # noqa: E402
-from pivot.reliability.soak import SoakConfig, run_soak  # noqa: E402
+from pivot.reliability.bad_input import run_all
+from pivot.reliability.soak import SoakConfig, run_soak
 
 FAULT_KINDS = {
     "replica_killed": dict(kill_rate=0.3, shift_fail_rate=0.0),

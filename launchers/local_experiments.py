@@ -30,8 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from pivot.paths import REPO_ROOT as ROOT
 OUT = ROOT / "results" / "local"
 THROUGHPUT = ("colocated", "disaggregated", "disaggregated_1_2", "rr_colocated", "pivotrl")
 # the disaggregated splits searched (app. E searches every baseline's split); ratios are
@@ -133,7 +132,7 @@ def run_all(runs: list[tuple[str, int]], steps: int, eval_every: int, tag: str,
     try:
         if warmup_steps > 0:
             # A fresh stack's first run paid 12-15 s more than the same run later (the
-            # engines' first batches of each model and size; STATUS.md, issue 6): a
+            # engines' first batches of each model and size; STATUS.md): a
             # discarded PivotRL run (both models on every slot) takes it for all.
             t = time.perf_counter()
             run_one("pivotrl", runs[0][1], warmup_steps, OUT / "runs" / "warmup", stack, -1)
@@ -240,7 +239,7 @@ def main() -> int:
     a = p.parse_args()
     import os
     os.chdir(ROOT)
-    from launchers.common import setup_logging
+    from pivot.console import setup_logging
     from pivot.config import gin_setup
     setup_logging()
     OUT.mkdir(parents=True, exist_ok=True)

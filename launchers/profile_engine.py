@@ -20,7 +20,9 @@ import sys
 import time
 from dataclasses import asdict
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from pivot.paths import REPO_ROOT
+
+ROOT = str(REPO_ROOT)
 log = logging.getLogger("profile_engine")
 
 
@@ -72,7 +74,6 @@ def main(argv=None) -> int:
                         "fraction of one core; gin LocalDriver.cpu_share); 0: no cap")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    sys.path.insert(0, ROOT)
     from pivot.roles.engine.config import EngineConfig
     from pivot.roles.engine.tiny import make_tiny_qwen3
     from pivot.roles.engine.vllm_engine import VllmEngine

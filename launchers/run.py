@@ -18,13 +18,12 @@ import os
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from pivot.paths import REPO_ROOT as ROOT
 
-from launchers.common import (init_wandb, log_no_gpu, progress_bar,  # noqa: E402
+from pivot.console import (init_wandb, log_no_gpu, progress_bar,
                               setup_logging)
-from pivot.config import gin_setup  # noqa: E402
-from pivot.errors import ConfigError  # noqa: E402
+from pivot.config import gin_setup
+from pivot.errors import ConfigError
 
 DEFAULT_GIN = ["gin/tiny_cpu.gin"]   # the local driver: real RL on this CPU
 DEFAULT_PARAMS: list[str] = []

@@ -17,11 +17,10 @@ import os
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from pivot.paths import REPO_ROOT as ROOT
 
-from pivot.reliability.invariants import InvariantError  # noqa: E402
-from pivot.reliability.soak import SoakConfig, run_soak  # noqa: E402
+from pivot.reliability.invariants import InvariantError
+from pivot.reliability.soak import SoakConfig, run_soak
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,10 +15,8 @@ import argparse
 import itertools
 import json
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from pivot.paths import REPO_ROOT as ROOT
 
 GRID = {"group": ["qwen7b_30b"],
         "strategy": ["full", "vanilla", "throughput_model", "static", "rule_based"],
@@ -42,7 +40,7 @@ def bindings(point: dict, prompts: int, steps: int, seed: int = 0) -> list[str]:
 
 
 def run_point(point: dict, prompts: int, steps: int) -> dict:
-    from launchers.experiments.simrun import run_one, wandb_log
+    from pivot.sim.experiments import run_one, wandb_log
     import gin
     b = bindings(point, prompts, steps)
     r = run_one((point["group"], point["strategy"], tuple(b), False))

@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+from pivot.paths import REPO_ROOT as ROOT
 
-from launchers.experiments.simrun import chosen_split, run_many, wandb_log  # noqa: E402
+from pivot.sim.experiments import chosen_split, run_many, wandb_log
 
 GROUP = "qwen7b_30b"
 

@@ -13,14 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+from pivot.paths import REPO_ROOT as ROOT
 
-from launchers.experiments.simrun import GROUPS, run_many, search, wandb_log  # noqa: E402
+from pivot.sim.experiments import GROUPS, run_many, search, wandb_log
 
 DEPS = ["colocated", "disaggregated", "rr_colocated", "pivotrl"]
 

@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections import Counter
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+from pivot.paths import REPO_ROOT as ROOT
 
-from launchers.experiments.simrun import chosen_split, run_one  # noqa: E402
+from pivot.sim.experiments import chosen_split, run_one
 
 SOURCE = {"static": "disaggregated", "rule_based": "disaggregated", "vanilla": "pivotrl",
           "throughput_model": "pivotrl", "full": "pivotrl"}

@@ -16,13 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+from pivot.paths import REPO_ROOT as ROOT
 
-from launchers.experiments.simrun import run_many, wandb_log  # noqa: E402
+from pivot.sim.experiments import run_many, wandb_log
 
 GROUPS = {"qwen1.5b_glm9b": 0.5, "qwen7b_30b": 0.25}
 """Group -> training fraction of the cluster (table 4: 16 of 32, 8 of 32)."""

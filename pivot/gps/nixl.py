@@ -5,7 +5,7 @@ DRAM to DRAM over UCX: the GPS host registers its version arenas with a NIXL age
 registers its own buffers, fetches the host agent's metadata once per arena, and posts one
 READ (Read) or WRITE (Write) request per (host, device) pair whose descriptors are the
 contiguous byte runs of every slice (a column slice of a row-major shard is one run per
-row). STACK.md's trap applies: ``add_remote_agent`` returns bytes, decoded here.
+row). docs/stack.md's trap applies: ``add_remote_agent`` returns bytes, decoded here.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ one runs per link type is the client's choice (:class:`pivot.gps.actor.GlobalPar
   caller maps it and copies each slice with one memcpy, the honest stand-in for the
   node-local PCIe copy. The fastest path here (memcpy speed).
 * :class:`MonarchTransport` (remote links, and the fallback for everything): slices travel
-  as Monarch endpoint arguments and results (see STACK.md: 110-210 MB/s). It works between
+  as Monarch endpoint arguments and results (see docs/stack.md: 110-210 MB/s). It works between
   any two processes the actor mesh reaches.
 * NIXL (the paper's path over UCX/RDMA) lives in :mod:`pivot.gps.nixl` behind this same
   interface.

@@ -1,5 +1,5 @@
 """A fixed CPU share per device slot, so an idle slot's compute is really lost, as an idle
-GPU's is (STACK.md, "Giving a device slot a fixed CPU share").
+GPU's is (docs/stack.md, "Giving a device slot a fixed CPU share").
 
 Choice: cgroup v1 CFS quota, one group ``/sys/fs/cgroup/cpu/pivot_<run>_slot<d>`` per slot
 proc with ``cpu.cfs_quota_us = share * cfs_period_us`` (2 cores / 4 slots = 50% each), and

@@ -201,7 +201,7 @@ class SlotTrainerContext:
 class GeneratorFactory:
     """Builds a slot's generator context; binds the slot's engine to core
     ``device % cores`` (the slot's device comes from ``PIVOT_SLOT_DEVICE``, set by
-    ``SlotActor``), so two engines never share a core's OpenMP threads (STACK.md)."""
+    ``SlotActor``), so two engines never share a core's OpenMP threads (docs/stack.md)."""
 
     role: Role
     cfg: EngineConfig

@@ -1,7 +1,7 @@
 """The local model group: tiny policy and GenRM on N device slots of this CPU machine.
 
 Checked before any engine starts: the model folders, the slots against the machine's
-cores and memory (each slot holds one in-process vLLM engine, about 1.7 GB, STACK.md).
+cores and memory (each slot holds one in-process vLLM engine, about 1.7 GB, docs/stack.md).
 """
 
 from __future__ import annotations

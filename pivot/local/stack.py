@@ -2,7 +2,7 @@
 (one in-process vLLM engine and one torchtitan trainer context each, every slot capped to
 a fixed CPU share) and the tokenizer.
 
-Engines take 45-80 s to start on this CPU (STACK.md), so a ``LocalStack`` is started once
+Engines take 45-80 s to start on this CPU (docs/stack.md), so a ``LocalStack`` is started once
 and shared by every run that fits it (tests, the four-deployment throughput measurement):
 ``reset`` shifts every slot down to idle and writes the initial policy back to GPS (the
 GenRM is frozen), so the next run, whatever its deployment, starts from the same state without

@@ -1,4 +1,4 @@
-"""What the RL loop needs from a driver: four small ports (DESIGN.md "one control plane,
+"""What the RL loop needs from a driver: four small ports (docs/design.md "one control plane,
 three drivers"). The local driver implements them over vLLM engines in Monarch device
 slots and the torchtitan trainer; tests implement them in memory.
 """

@@ -205,7 +205,7 @@ def spawn_generators(num_slots: int, cfg: EngineConfig, *, cores: int | None = N
     """Spawns one proc and one ``GeneratorActor`` per slot, named ``slot-<i>``.
 
     Each slot's engine binds its OpenMP threads to core ``i % cores`` (two engines on one
-    core halve each other's throughput, STACK.md). Returns (replica id -> actor mesh,
+    core halve each other's throughput, docs/stack.md). Returns (replica id -> actor mesh,
     proc meshes, failures seen by the fault hook).
     """
     from monarch.actor import this_host

@@ -345,7 +345,7 @@ def _apply_fsdp(model: torch.nn.Module, world_size: int) -> None:
     from torch.distributed.fsdp import FSDPModule, fully_shard
     from torchtitan.distributed.utils import set_spmd_backend
 
-    set_spmd_backend("partial_dtensor")  # spmd_types needs torch >= 2.14 (STACK.md)
+    set_spmd_backend("partial_dtensor")  # spmd_types needs torch >= 2.14 (docs/stack.md)
     mesh = init_device_mesh("cpu", (world_size,), mesh_dim_names=("fsdp",))
     for block in model.layers.values():
         fully_shard(block, mesh=mesh, reshard_after_forward=True)

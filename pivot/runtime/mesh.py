@@ -192,7 +192,7 @@ class MeshController:
 
     def stop(self) -> None:
         """Stops every live slot mesh and ends a multi-host job (this host's procs stay
-        until the client exits: ``ProcMesh.stop`` takes 4-10 s, STACK.md)."""
+        until the client exits: ``ProcMesh.stop`` takes 4-10 s, docs/stack.md)."""
         for d, s in enumerate(self.slots):
             if d not in self.dead:
                 s.stop().get(timeout=self.timeout)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import torch  # noqa: F401  (torch before monarch's C extension, see STACK.md)
+import torch  # noqa: F401  (torch before monarch's C extension, see docs/stack.md)
 from monarch.actor import HostMesh, ProcMesh, this_host
 
 from pivot.errors import ConfigError
@@ -88,7 +88,7 @@ def allocate(num_devices: int, hosts: int = 1) -> Allocation:
 
 def spawn_on(proc: ProcMesh, name: str, cls, *args):
     """Spawns one actor of ``cls`` as its own mesh on a one-proc mesh, so it can be
-    stopped alone (a sliced mesh cannot, STACK.md)."""
+    stopped alone (a sliced mesh cannot, docs/stack.md)."""
     return proc.spawn(name, cls, *args)
 
 

@@ -33,8 +33,9 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class VerlRow:
     """One row of verl's fully async README table ("Asynchronous Training on 7B Model",
-    volcengine/verl verl/experimental/fully_async_policy/README.md; calibration/README.md
-    quotes the 128-card rows). Seconds per step, averaged over 400 steps."""
+    volcengine/verl verl/experimental/fully_async_policy/README.md;
+    third_party/calibration/README.md quotes the 128-card rows). Seconds per step, averaged
+    over 400 steps."""
 
     mode: str
     """'colocated' (colocate sync) or 'disaggregated' (fully_async_policy)."""

@@ -1,7 +1,8 @@
 """Fits the decode throughput model of sec. 6.1 (app. A) to the public calibration data and
 scales it to the paper's H20 cluster (sec. 8.1).
 
-Samples come from the ML.ENERGY vLLM decode sweeps on H100 (``calibration/mlenergy_*.json``):
+Samples come from the ML.ENERGY vLLM decode sweeps on H100
+(``third_party/calibration/mlenergy_*.json``):
 each row gives the mean running batch N_seq and the median inter-token latency. The cached
 tokens N_tok of a row are not measured; we take N_tok = N_seq * (prompt + output / 2),
 since a sequence's KV cache grows linearly over its decode, with the prompt lengths below
@@ -27,15 +28,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pivot.errors import ConfigError
+from pivot.paths import CALIBRATION_DIR
 from pivot.scheduler.throughput import (FitReport, LatencySample, ThroughputModel,
                                         fit_throughput_model)
 
-CALIBRATION_DIR = Path("/work/shared/calibration")
 PROMPT_TOKENS = {"gpqa": 300, "lm-arena-chat": 200}
 """Assumed mean prompt tokens per task (not in the files)."""
 
-H100_HBM_TBS, H20_HBM_TBS = 3.35, 4.0          # calibration/README.md
-H100_BF16_TFLOPS, H20_BF16_TFLOPS = 989.0, 148.0  # calibration/README.md
+H100_HBM_TBS, H20_HBM_TBS = 3.35, 4.0          # third_party/calibration/README.md
+H100_BF16_TFLOPS, H20_BF16_TFLOPS = 989.0, 148.0  # third_party/calibration/README.md
 MEMORY_RATIO = H100_HBM_TBS / H20_HBM_TBS
 COMPUTE_RATIO = H100_BF16_TFLOPS / H20_BF16_TFLOPS
 
@@ -65,8 +66,9 @@ def load_samples(model_ids: tuple[str, ...], num_gpus: int, root: Path = CALIBRA
     for task, prompt in PROMPT_TOKENS.items():
         path = root / f"mlenergy_{task}.json"
         if not path.is_file():
-            raise ConfigError(f"calibration file {path} is missing; copy the ML.ENERGY "
-                              f"task files into {root}")
+            raise ConfigError(f"calibration file {path} is missing; it ships with the "
+                              f"repository (third_party/calibration/): run from a clone, or "
+                              f"pass root= the folder that holds the ML.ENERGY task files")
         for r in json.loads(path.read_text())["configurations"]:
             if r["model_id"] not in model_ids or r["gpu_model"] != gpu or r["num_gpus"] != num_gpus:
                 continue

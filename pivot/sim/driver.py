@@ -1,4 +1,4 @@
-"""The ``sim`` driver: the real control plane on a simulated cluster (DESIGN.md).
+"""The ``sim`` driver: the real control plane on a simulated cluster (docs/design.md).
 
     driver = SimDriver(group=..., deployment=..., steps=5, seed=0)
     result = driver.run()        # SimResult: throughput, trace, shifts, planner timings

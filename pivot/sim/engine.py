@@ -1,5 +1,5 @@
 """The discrete-event cluster: simulated replicas and training behind the control plane's
-ports, in virtual time (DESIGN.md, "sim" driver).
+ports, in virtual time (docs/design.md, "sim" driver).
 
 ``SimCluster`` implements both ports of ``pivot.shifting.executor``: the ``SlotBackend`` of
 the ``Shifter`` (``shift_down`` / ``shift_up`` return modeled phase seconds) and the

@@ -1,9 +1,9 @@
 """Long-tailed lengths of prompts, policy responses and GenRM judgements (sec. 8.1).
 
 Lognormal, capped. The shape sigma comes from Laminar's p99 ~ 10 x median
-(calibration/README.md): sigma = ln(10) / z_0.99 = 2.3026 / 2.3263 = 0.99. Medians are gin
-bindings per model group; caps are the paper's 2K / 15K / 20K. ``tail_share`` checks Seer's
-"the last 10% of requests take up to 50% of rollout time".
+(third_party/calibration/README.md): sigma = ln(10) / z_0.99 = 2.3026 / 2.3263 = 0.99.
+Medians are gin bindings per model group; caps are the paper's 2K / 15K / 20K.
+``tail_share`` checks Seer's "the last 10% of requests take up to 50% of rollout time".
 """
 
 from __future__ import annotations

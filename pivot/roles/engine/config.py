@@ -1,4 +1,4 @@
-"""Engine configuration and the process settings vLLM's CPU build needs (STACK.md).
+"""Engine configuration and the process settings vLLM's CPU build needs (docs/stack.md).
 
 Layout choice (issue "Real role engines", item 2): one in-process vLLM engine per device
 slot. Policy and GenRM share one Qwen3 architecture and tokenizer

@@ -4,12 +4,9 @@ split search on a model group (``pivot.sim.search``), and offline wandb logging.
 from __future__ import annotations
 
 import os
-import sys
 from concurrent.futures import ProcessPoolExecutor
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+from pivot.paths import REPO_ROOT as ROOT
 
 GROUPS = ["qwen1.5b_glm9b", "qwen7b_30b", "qwen32b_30b", "qwen72b_122b"]
 SEARCHED = {"disaggregated": dict(free_reward=True),
@@ -102,7 +99,7 @@ def _candidates(space, start) -> list:
 
 def wandb_log(name: str, config: dict, metrics: dict, group: str | None = None) -> None:
     """One offline wandb run per experiment record (WANDB_MODE is respected)."""
-    from launchers.common import init_wandb
+    from pivot.console import init_wandb
     run_dir = ROOT / "runs" / "wandb"
     run_dir.mkdir(parents=True, exist_ok=True)
     wb = init_wandb(run_dir, name=name, config_str=config.get("gin", ""), group=group)
