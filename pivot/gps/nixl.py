@@ -5,7 +5,8 @@ DRAM to DRAM over UCX: the GPS host registers its version arenas with a NIXL age
 registers its own buffers, fetches the host agent's metadata once per arena, and posts one
 READ (Read) or WRITE (Write) request per (host, device) pair whose descriptors are the
 contiguous byte runs of every slice (a column slice of a row-major shard is one run per
-row). docs/stack.md's trap applies: ``add_remote_agent`` returns bytes, decoded here.
+row). The reaches into NIXL (``nixl._api``, the bytes ``add_remote_agent`` returns, the
+UCX progress thread, transfer states) are shims of ``pivot.compat.nixl``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from pivot.compat import nixl as nx
 from pivot.errors import StateError
 from pivot.gps.plan import Transfer
 from pivot.gps.storage import Manifest, checksum
@@ -28,20 +30,14 @@ from pivot.gps.transport import Expected, Transport
 logger = logging.getLogger(__name__)
 
 
-def _agent(name: str, progress_thread: bool):
-    from nixl._api import nixl_agent, nixl_agent_config
-
-    return nixl_agent(name, nixl_agent_config(backends=["UCX"],
-                                              enable_prog_thread=progress_thread))
-
-
 class NixlHostEndpoint:
     """The host side: one agent, arenas registered on demand (kept while stored)."""
 
     def __init__(self, host: int) -> None:
         # the target of one-sided transfers progresses only through its own thread;
         # started on the first remote Read or Write of this host
-        self.agent = _agent(f"gps-h{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}", True)
+        self.agent = nx.new_agent(f"gps-h{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}",
+                                  nx.HOST_PROGRESS_THREAD)
         self._reg: dict[str, tuple[torch.Tensor, object]] = {}
 
     def expose(self, path: str, arena: torch.Tensor, live: set[str]) -> tuple[bytes, int]:
@@ -84,10 +80,10 @@ class NixlTransport(Transport):
     name = "nixl"
 
     def __init__(self, poll_s: float = 1e-4, timeout_s: float = 300.0) -> None:
-        # No progress thread: UCX's busy-polls a whole core even when idle (1.0 core
-        # measured here; in a device slot capped at 50% of a core it took most of the
-        # slot's quota). The client progresses by polling its transfers' state.
-        self.agent = _agent(f"gps-client-{os.getpid()}-{uuid.uuid4().hex[:6]}", False)
+        # No progress thread (it busy-polls a core, pivot.compat.nixl): the client
+        # progresses by polling its transfers' state.
+        self.agent = nx.new_agent(f"gps-client-{os.getpid()}-{uuid.uuid4().hex[:6]}",
+                                  nx.CLIENT_PROGRESS_THREAD)
         self._remote: dict[tuple[int, str], tuple[str, int]] = {}
         self._poll, self._timeout = poll_s, timeout_s
         # One agent per transport, not thread-safe: a write_async of the client racing a
@@ -102,8 +98,7 @@ class NixlTransport(Transport):
             # The host's metadata now lists its new arena: reload the peer.
             for k in [k for k in self._remote if k[0] == manifest.host]:
                 self.agent.remove_remote_agent(self._remote.pop(k)[0])
-            name = self.agent.add_remote_agent(meta)
-            name = name.decode() if isinstance(name, bytes) else name
+            name = nx.add_remote_agent(self.agent, meta)  # nixl returns bytes
             hit = self._remote[key] = (name, base)
         return hit
 
@@ -158,14 +153,14 @@ class NixlTransport(Transport):
                                            self.agent.get_xfer_descs(rem, "DRAM"), name)
             state = self.agent.transfer(h)
             t0 = time.monotonic()
-            while state == "PROC":
+            while state == nx.XFER_PENDING:
                 if time.monotonic() - t0 > self._timeout:
                     raise StateError(f"NIXL {op} from GPS host {manifest.host} did not finish "
                                      f"in {self._timeout} s")
                 time.sleep(self._poll)
                 state = self.agent.check_xfer_state(h)
             self.agent.release_xfer_handle(h)
-            if state != "DONE":
+            if state != nx.XFER_DONE:
                 raise StateError(f"NIXL {op} with GPS host {manifest.host} failed ({state})")
         finally:
             self.agent.deregister_memory(reg)

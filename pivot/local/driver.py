@@ -22,6 +22,7 @@ from typing import Any
 
 import gin
 
+from pivot.compat.monarch import quiet_future_telemetry
 from pivot.errors import ConfigError
 from pivot.local.closers import run_closers
 from pivot.local.group import LocalGroup
@@ -38,7 +39,7 @@ from pivot.sim.deployment import Deployment
 from pivot.types import INFERENCE_ROLES, POLICY, Role
 
 log = logging.getLogger(__name__)
-logging.getLogger("monarch._src.actor.telemetry").setLevel(logging.ERROR)  # Future.get in the loop
+quiet_future_telemetry()  # Future.get in the loop
 
 
 @dataclass

@@ -74,6 +74,7 @@ class LocalStack:
         from safetensors.torch import load_file
         from transformers import AutoTokenizer
 
+        from pivot.compat.monarch import ensure_client_tmpdir
         from pivot.gps.actor import GPSActor
         from pivot.gps.layout import ModelMeta, plan_storage
         from pivot.local.cgroups import SlotCpuShares
@@ -88,10 +89,7 @@ class LocalStack:
         g.check()
         self.policy_dir, self.genrm_dir = g.model_dirs()
         cache = str(Path("cache").resolve())
-        # Monarch's client creates its sockets under TMPDIR: the folder must exist on a
-        # fresh clone
-        os.environ.setdefault("TMPDIR", str(Path(cache) / "tmp"))
-        Path(os.environ["TMPDIR"]).mkdir(parents=True, exist_ok=True)
+        ensure_client_tmpdir(Path(cache) / "tmp")  # Monarch's sockets (pivot.compat.monarch)
         self.tok = AutoTokenizer.from_pretrained(self.policy_dir)
         self.initial: dict[str, dict[str, torch.Tensor]] = {}
         for m, d in ((POLICY, self.policy_dir), (GENRM, self.genrm_dir)):

@@ -190,14 +190,16 @@ class GeneratorContext:
 
 
 def install_fault_hook(failures: list[str]) -> None:
-    """Keeps the client alive when a generator actor fails (Monarch's default hook exits)."""
-    import monarch.actor
+    """Keeps the client alive when a generator actor fails (Monarch's default hook exits)
+    and appends each failure to ``failures``: a listener of the one fault hook
+    (``pivot.compat.monarch``), replacing the one an earlier call installed."""
+    from pivot.compat.monarch import install_fault_hook as install
 
     def hook(failure) -> None:
         failures.append(str(failure))
         log.error("generator failure: %s", failure)
 
-    monarch.actor.unhandled_fault_hook = hook
+    install(hook, key="pivot.roles.generator")
 
 
 def spawn_generators(num_slots: int, cfg: EngineConfig, *, cores: int | None = None,

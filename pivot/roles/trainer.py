@@ -164,13 +164,10 @@ class Trainer:
         the parameters hold it fused, so the split tensors are merged the way the model's
         own load hook does.
         """
-        from torchtitan.models.common.attention import FusedQKVLinear
+        from pivot.compat.torchtitan import merge_fused_qkv
 
         assert self.model is not None
-        for name, mod in self.model.named_modules():
-            if isinstance(mod, FusedQKVLinear):
-                FusedQKVLinear._merge_qkv_on_load(mod, titan, f"{name}.")
-        return titan
+        return merge_fused_qkv(self.model, titan)
 
     def state_dict_hf(self) -> dict[str, torch.Tensor]:
         """Full (unsharded) HF-named tensors for a GPS Write. Collective under FSDP."""
@@ -342,18 +339,17 @@ class Trainer:
 def _apply_fsdp(model: torch.nn.Module, world_size: int) -> None:
     """FSDP2 per transformer block and at the root, over the default (gloo) group."""
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import FSDPModule, fully_shard
-    from torchtitan.distributed.utils import set_spmd_backend
+    from torch.distributed.fsdp import fully_shard
 
-    set_spmd_backend("partial_dtensor")  # spmd_types needs torch >= 2.14 (docs/stack.md)
+    from pivot.compat.torchtitan import sum_reduction_over_gloo, use_partial_dtensor
+
+    use_partial_dtensor()  # spmd_types needs torch >= 2.14 (docs/stack.md)
     mesh = init_device_mesh("cpu", (world_size,), mesh_dim_names=("fsdp",))
     for block in model.layers.values():
         fully_shard(block, mesh=mesh, reshard_after_forward=True)
     fully_shard(model, mesh=mesh, reshard_after_forward=True)
-    for m in model.modules():
-        if isinstance(m, FSDPModule):
-            m.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM / AVG
-            m.set_gradient_divide_factor(1.0)  # the loss is already over global tokens
+    # gloo has no PREMUL_SUM / AVG; the loss is already over global tokens
+    sum_reduction_over_gloo(model)
 
 
 class TrainerActor(Actor):

@@ -15,12 +15,10 @@ import itertools
 import logging
 import threading
 import time
-import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import monarch.actor
-
+from pivot.compat.monarch import install_fault_hook
 from pivot.errors import StateError
 from pivot.runtime.provision import Allocation, allocate, spawn_on
 from pivot.runtime.slot import SlotActor
@@ -68,7 +66,7 @@ class MeshController:
         self._faults: list[tuple[str, str]] = []
         self._lock = threading.Lock()
         self.dead: set[int] = set()
-        _install_fault_hook(self)
+        install_fault_hook(self._on_fault, weak=True)  # every live controller sees faults
         t = time.perf_counter()
         self.procs = [alloc.proc(d) for d in range(len(alloc.device_host))]
         self._gen = [0] * len(self.procs)
@@ -216,19 +214,7 @@ class MeshController:
             self._faults.append((name, msg))
 
 
-_CONTROLLERS: "weakref.WeakSet[MeshController]" = weakref.WeakSet()
 _NEXT_ID = itertools.count()
-
-
-def _dispatch_fault(failure) -> None:
-    """The process-wide supervision hook: every live controller sees every failure."""
-    for ctl in list(_CONTROLLERS):
-        ctl._on_fault(failure)
-
-
-def _install_fault_hook(ctl: MeshController) -> None:
-    _CONTROLLERS.add(ctl)
-    monarch.actor.unhandled_fault_hook = _dispatch_fault
 
 
 def _slowest(per_device: list[dict[str, float]]) -> dict[str, float]:

@@ -6,14 +6,14 @@ slot. Policy and GenRM share one Qwen3 architecture and tokenizer
 between rollout and reward swaps weights through ``reload_weights`` and never restarts
 the engine (sec. 5.2 keeps the engine definition as preserved context). The engine runs
 inside the slot's process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), which halves its memory,
-and the KV cache is sized by a block count, not the whole-GiB ``VLLM_CPU_KVCACHE_SPACE``.
+and the KV cache is sized by a block count, not the whole-GiB ``VLLM_CPU_KVCACHE_SPACE``
+(both knobs are set in ``pivot.compat.vllm``).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -171,16 +171,12 @@ def configure_process(cfg: EngineConfig) -> None:
     """Sets the environment vLLM reads at engine start; call before building the engine.
 
     In-process engine, offline hub, the KV reservation floor at 1 GiB (the block count
-    then sizes the real cache), caches under ``cfg.cache_dir``, and the slot's core.
+    then sizes the real cache), caches under ``cfg.cache_dir``, and the slot's core: the
+    knobs are vLLM's, set by ``pivot.compat.vllm.set_process_env``.
     """
+    from pivot.compat.vllm import set_process_env
+
     root = Path(cfg.cache_dir).resolve()
     for sub in ("vllm", "inductor", "tmp"):
         (root / sub).mkdir(parents=True, exist_ok=True)
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    os.environ["VLLM_CACHE_ROOT"] = str(root / "vllm")
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(root / "inductor")
-    os.environ["TMPDIR"] = str(root / "tmp")
-    if cfg.cpu_core is not None:
-        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(cfg.cpu_core)
+    set_process_env(root, cfg.cpu_core)

@@ -9,7 +9,9 @@ re-prefill (sec. 6.2). AsyncLLM needs vLLM's multiprocess layout, so this drives
 outputs are taken as deltas every step (``RequestOutputKind.DELTA``), so the tokens held
 here are every token the engine produced when an abort lands between steps.
 
-A plain class: no Monarch. ``pivot.roles.generator`` wraps it in an actor.
+A plain class: no Monarch. ``pivot.roles.generator`` wraps it in an actor. Every reach
+into vLLM's internals (the in-process core, the worker, KV and weight release without
+sleep mode) goes through ``pivot.compat.vllm``.
 """
 
 from __future__ import annotations
@@ -21,11 +23,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+from pivot.compat import vllm as vc
+from pivot.compat.vllm import StorageSet
 from pivot.errors import ConfigError, StateError
 from pivot.roles.engine.config import EngineConfig, check_model_dir, configure_process
-from pivot.roles.engine.memory import (StorageSet, drop_packed_linears, kv_storages,
-                                       process_rss, repack_released_linears,
-                                       tied_head_check, weight_storages)
+from pivot.roles.engine.memory import process_rss
 from pivot.roles.engine.requests import GenRequest, RequestError, SampleSpec, SeqResult
 
 log = logging.getLogger(__name__)
@@ -101,7 +103,7 @@ class VllmEngine:
         model_dir = check_model_dir(cfg.model)
         configure_process(cfg)
         from vllm import EngineArgs
-        from vllm.v1.engine.llm_engine import LLMEngine
+        LLMEngine = vc.llm_engine_class()
 
         t = time.perf_counter()
         try:
@@ -114,9 +116,9 @@ class VllmEngine:
             raise ConfigError(f"vLLM could not start on {model_dir}: "
                               f"{type(e).__name__}: {e}") from e
         self.start_s = time.perf_counter() - t
-        self._core = self.llm.engine_core.engine_core  # in-process EngineCore
-        self._worker = self.llm.model_executor.driver_worker.worker
-        self._kv = kv_storages(self._worker.model_runner)
+        self._core = vc.in_process_core(self.llm)
+        self._worker = vc.driver_worker(self.llm)
+        self._kv = vc.kv_storages(self._worker.model_runner)
         self._weights: StorageSet | None = None
         self.weights_loaded = True
         self.live: dict[int, _Live] = {}
@@ -238,22 +240,22 @@ class VllmEngine:
             raise StateError(f"load_weights with {len(self.live)} sequences running; abort "
                              f"them first (shift-down migration)")
         t = time.perf_counter()
-        model = self._worker.model_runner.get_model()
+        model = vc.served_model(self._worker)
         if self._weights is not None:
             self._weights.restore()
         # every packed linear is stale from here on: the reload rebuilds those it loads,
         # repack_released_linears the rest (a tied lm_head is never in the state dict)
-        drop_packed_linears(model)
+        vc.drop_packed_linears(model)
         try:
-            self._worker.reload_weights(weights_iterator=iter(
+            vc.reload_weights(self._worker, (
                 (k, v.detach().to(torch.float32)) for k, v in state.items()))
         except (KeyError, AttributeError, AssertionError, RuntimeError, ValueError) as e:
             raise StateError(f"load_weights: the state dict does not fit the engine's "
                              f"model: {type(e).__name__}: {e}") from e
-        repacked = repack_released_linears(model)   # the tied lm_head (no weight of its own)
+        repacked = vc.repack_released_linears(model)  # the tied lm_head (no weight of its own)
         if repacked:
             log.debug("repacked %d linears the reload left released", repacked)
-        tied_head_check(model)
+        vc.tied_head_check(model)
         self._weights = None
         self.weights_loaded = True
         self.llm.reset_prefix_cache()
@@ -275,10 +277,10 @@ class VllmEngine:
         """Frees the weights (parameters context); returns (bytes, packed linears dropped)."""
         if self.live:
             raise StateError(f"release_weights with {len(self.live)} sequences running")
-        model = self._worker.model_runner.get_model()
+        model = vc.served_model(self._worker)
         if self._weights is None:
-            self._weights = weight_storages(model)
-        n = drop_packed_linears(model)
+            self._weights = vc.weight_storages(model)
+        n = vc.drop_packed_linears(model)
         self.weights_loaded = False
         return self._weights.release(), n
 
@@ -292,12 +294,12 @@ class VllmEngine:
 
     # -- monitor ----------------------------------------------------------------------
     def stats(self) -> EngineStats:
-        sched = self._core.scheduler
+        running, waiting, kv_usage = vc.scheduler_load(self._core)
         tokens = sum(len(x.req.prompt) + len(x.req.generated) + len(x.tokens)
                      for x in self.live.values())
         return EngineStats(
-            running=len(sched.running), waiting=len(sched.waiting), num_tokens=tokens,
-            kv_capacity=self.cfg.kv_capacity, kv_usage=float(sched.kv_cache_manager.usage),
+            running=running, waiting=waiting, num_tokens=tokens,
+            kv_capacity=self.cfg.kv_capacity, kv_usage=kv_usage,
             steps=self.steps, generated_tokens=self.generated, last_step_s=self.last_step_s,
             mean_step_s=self.step_s_total / self.steps if self.steps else 0.0,
             weights_loaded=self.weights_loaded, kv_allocated=not self._kv.released,

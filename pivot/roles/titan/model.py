@@ -6,7 +6,8 @@ module is the bridge: it reads a HF ``config.json`` (or its dict), builds the ma
 ``Qwen3Model.Config`` with ``ScaledDotProductAttention`` as the inner attention (flex has
 no CPU backward and varlen is CUDA-only; SDPA is causal and takes no masks, so batches are
 right padded and never packed), and converts weights with torchtitan's
-``Qwen3StateDictAdapter``.
+``Qwen3StateDictAdapter``. The private builder pieces and the attention swap are shims of
+``pivot.compat.torchtitan``.
 """
 
 from __future__ import annotations
@@ -116,20 +117,16 @@ def qwen3_model_config(shape: Qwen3Shape, max_seq_len: int | None = None):
             A smaller value saves memory ([max_seq_len, 2 * head_dim] fp32 per layer).
     """
     from torchtitan.models.common import CosSinRoPE, Embedding, Linear
-    from torchtitan.models.common.attention import ScaledDotProductAttention
     from torchtitan.models.common.nn_modules import RMSNorm
-    from torchtitan.models.qwen3 import (
-        _EMBEDDING_INIT,
-        _LINEAR_INIT,
-        _NORM_INIT,
-        Qwen3Model,
-        _build_qwen3_layers,
-    )
+    from torchtitan.models.qwen3 import Qwen3Model
 
+    from pivot.compat.torchtitan import qwen3_inits, qwen3_sdpa_layers
+
+    _EMBEDDING_INIT, _LINEAR_INIT, _NORM_INIT = qwen3_inits()
     seq = max_seq_len or shape.max_position_embeddings
     if seq <= 0:
         raise ConfigError(f"qwen3_model_config: max_seq_len must be > 0, got {seq}")
-    layers = _build_qwen3_layers(
+    layers = qwen3_sdpa_layers(  # flex built, then swapped to SDPA (pivot.compat.torchtitan)
         n_layers=shape.num_hidden_layers,
         dim=shape.hidden_size,
         n_heads=shape.num_attention_heads,
@@ -137,7 +134,6 @@ def qwen3_model_config(shape: Qwen3Shape, max_seq_len: int | None = None):
         head_dim=shape.head_dim,
         hidden_dim=shape.intermediate_size,
         fuse_qkv=True,
-        attn_backend="flex",  # replaced below: SDPA is not offered for language models
         rope=CosSinRoPE.Config(dim=shape.head_dim, max_seq_len=seq, theta=shape.rope_theta),
     )
 
@@ -146,7 +142,6 @@ def qwen3_model_config(shape: Qwen3Shape, max_seq_len: int | None = None):
                               param_init=_NORM_INIT)
 
     for layer in layers:
-        layer.attention.inner_attention = ScaledDotProductAttention.Config()
         layer.attention_norm = norm(shape.hidden_size)
         layer.ffn_norm = norm(shape.hidden_size)
         layer.attention.qk_norm = norm(shape.head_dim)

