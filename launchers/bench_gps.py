@@ -186,10 +186,11 @@ def bench_planning(repeats: int) -> dict:
 
 
 def bench_rebuild(repeats: int) -> dict:
-    from pivot.gps.actor import GlobalParameterStorage, LocalHost
+    from pivot.gps.actor import GlobalParameterStorage
     from pivot.gps.recovery import Checkpoint, rebuild_host
     from pivot.gps.storage import HostStore
     from pivot.gps.transport import ShmTransport
+    from pivot.testing.gps import LocalHost
 
     class Dead:
         def __init__(self, index: int) -> None:

@@ -30,7 +30,7 @@ from pivot.runtime.gps_source import GPSParameterSource
 from pivot.runtime.mesh import MeshController
 from pivot.runtime.provision import spawn_host_service, spawn_on
 from pivot.runtime.slot import SlotActor
-from pivot.shifting.contexts import InferenceContext, TinyMLP, TrainingContext
+from pivot.testing.shifting import InferenceContext, TinyMLP, TrainingContext
 from pivot.types import GENRM, POLICY, Role
 
 log = logging.getLogger("bench_shift")

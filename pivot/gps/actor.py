@@ -131,9 +131,11 @@ class GPSActor(Actor):
         self.store.close()
 
 
-_HOST_OPS = ("begin_write", "put", "commit", "prepare", "install", "publish", "discard",
-             "abort", "latest", "acquire", "release", "get", "versions", "close",
-             "nixl_expose", "checksums", "lease", "end_lease", "writing", "pull")
+HOST_OPS = ("begin_write", "put", "commit", "prepare", "install", "publish", "discard",
+            "abort", "latest", "acquire", "release", "get", "versions", "close",
+            "nixl_expose", "checksums", "lease", "end_lease", "writing", "pull")
+"""The operations a host handle forwards (:class:`ActorHost`; the in-process stand-in
+``pivot.testing.gps.LocalHost`` for tests and benchmarks)."""
 
 
 def nixl_expose(store: HostStore, endpoint, model: str, version: int, staged: bool):
@@ -156,7 +158,7 @@ class ActorHost:
         self.index, self._actor = index, actor
 
     def __getattr__(self, op: str):
-        if op not in _HOST_OPS:
+        if op not in HOST_OPS:
             raise AttributeError(op)
         ep = getattr(self._actor, op)
 
@@ -171,30 +173,6 @@ class ActorHost:
                     raise type(inner)(str(inner)) from e
                 raise StateError(f"GPS host {self.index}: {op} failed: {e}") from e
         return call
-
-
-class LocalHost:
-    """The same handle on an in-process :class:`HostStore` (no actor). ``peers`` is how
-    its :meth:`pull` reaches other hosts (default :class:`PeerTransports`)."""
-
-    def __init__(self, store: HostStore, peers: "PeerTransports | None" = None) -> None:
-        self.index, self.store = store.host, store
-        self._nixl = None
-        self.peers = peers
-
-    def pull(self, model: str, version: int, sources: list, verify: bool = True) -> int:
-        if self.peers is None:
-            self.peers = PeerTransports()
-        return pull_shards(self.store, model, version, sources, self.peers, verify)
-
-    def nixl_expose(self, model: str, version: int, staged: bool = False):
-        self._nixl = nixl_expose(self.store, self._nixl, model, version, staged)
-        return self._nixl[1]
-
-    def __getattr__(self, op: str):
-        if op not in _HOST_OPS:
-            raise AttributeError(op)
-        return getattr(self.store, op)
 
 
 def default_transports() -> dict[Link, Transport]:
@@ -219,8 +197,8 @@ class GlobalParameterStorage:
     """The GPS client: Read(M, G, P) and Write(M, G, P) (sec. 5.1).
 
     Args:
-        hosts: one handle per GPS host, in host order (:class:`ActorHost` or
-            :class:`LocalHost`).
+        hosts: one handle per GPS host, in host order (:class:`ActorHost`; tests and
+            benchmarks pass ``pivot.testing.gps.LocalHost`` over in-process stores).
         models: the models GPS holds, by name.
         storage: the GPS layout.
         device_host: host index of every device of the pool.

@@ -32,7 +32,7 @@ other instead.
 Usage::
 
     lost = lost_hosts(gps)                                  # e.g. [3]
-    new = LocalHost(HostStore(3, storage, models))          # or a respawned GPSActor
+    new = ActorHost(3, spawn_host_service("gps3", GPSActor, 3, storage, models))
     report = rebuild_host(gps, 3, new, checkpoints={"policy": Checkpoint(v, state)})
 """
 
@@ -313,8 +313,8 @@ def rebuild_host(gps: GlobalParameterStorage, host: int, replacement: Any, *,
         gps: the client whose host ``host`` is lost.
         host: the lost host's index.
         replacement: a handle on a fresh, empty store for that host with the same GPS layout
-            (:class:`~pivot.gps.actor.LocalHost` of a new ``HostStore``, or
-            :class:`~pivot.gps.actor.ActorHost` of a respawned ``GPSActor``).
+            (:class:`~pivot.gps.actor.ActorHost` of a respawned ``GPSActor``; tests pass
+            ``pivot.testing.gps.LocalHost`` of a new ``HostStore``).
         checkpoints: per model, the full tensors of the version GPS holds; used only for
             shards no surviving host holds.
         via_device: the pool device whose host stands for the caller's location (picks the

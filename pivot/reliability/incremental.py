@@ -57,7 +57,8 @@ class Touched:
 
 
 class LiveSource(Protocol):
-    """The live state the incremental checker reads (see ``StaticSource``, ``SimSource``)."""
+    """The live state the incremental checker reads (``sim_state.SimSource``; tests use
+    ``pivot.testing.reliability.StaticSource``)."""
 
     schedulers: Mapping[Role, ShiftAwareScheduler]
     device_map: DeviceMap
@@ -85,41 +86,6 @@ class LiveSource(Protocol):
     def full_state(self) -> ControlState:
         """The whole state for ``check_state``, its expected sets derived from scratch."""
         ...
-
-
-@dataclass
-class StaticSource:
-    """A ``LiveSource`` over a ``ControlState`` whose parts are mutated in place (tests,
-    drivers without a journal): whoever mutates it records the change in ``touched``."""
-
-    state: ControlState
-    touched: Touched = field(default_factory=Touched)
-
-    @property
-    def schedulers(self) -> Mapping[Role, ShiftAwareScheduler]:
-        return self.state.schedulers
-
-    @property
-    def device_map(self) -> DeviceMap:
-        return self.state.device_map
-
-    def engine(self, rid: str) -> EngineReplica | None:
-        return None if self.state.engines is None else self.state.engines.get(rid)
-
-    def engine_count(self) -> int | None:
-        return None if self.state.engines is None else len(self.state.engines)
-
-    def training_devices(self) -> tuple[int, ...]:
-        return self.state.training_devices
-
-    def counters(self) -> tuple[int, int, int]:
-        return self.state.version, self.state.released, self.state.staleness
-
-    def expected(self) -> Mapping[Role, set[int]] | None:
-        return self.state.expected_live
-
-    def full_state(self) -> ControlState:
-        return self.state
 
 
 @dataclass

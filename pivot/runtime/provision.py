@@ -10,7 +10,6 @@ runtime sees only ``Allocation``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,14 +95,3 @@ def spawn_host_service(name: str, cls, *args):
     """Spawns a service actor (e.g. a one-host GPS) on a proc of its own on this host."""
     procs = this_host().spawn_procs(per_host={"procs": 1}, name=f"pivot_{name}")
     return procs.spawn(name, cls, *args)
-
-
-def spawn_per_host(alloc: Allocation, name: str, cls, args: Callable[[int], tuple]) -> list:
-    """Spawns one service actor per host of ``alloc`` (e.g. a ``GPSActor``), each on a proc
-    of its own on that host; ``args(host)`` gives its constructor arguments."""
-    out = []
-    for h in range(max(alloc.device_host) + 1):
-        host = alloc.hosts if alloc.job is None else alloc.hosts.slice(hosts=h)
-        procs = host.spawn_procs(per_host={"procs": 1}, name=f"pivot_{name}{h}")
-        out.append(procs.spawn(f"{name}{h}", cls, *args(h)))
-    return out

@@ -7,8 +7,7 @@ from pivot.errors import StateError
 from pivot.gps.layout import ParallelLayout, plan_storage, qwen3_model
 from pivot.gps.plan import Link
 from pivot.gps.transport import LazyTransport, MonarchTransport
-
-from conftest import random_state
+from pivot.testing.gps import random_state
 
 pytestmark = pytest.mark.monarch
 

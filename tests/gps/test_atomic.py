@@ -8,18 +8,17 @@ import pytest
 import torch
 
 from pivot.errors import StateError
-from pivot.gps.actor import GlobalParameterStorage, LocalHost
+from pivot.gps.actor import GlobalParameterStorage
 from pivot.gps.layout import ParallelLayout
 from pivot.gps.plan import Link
 from pivot.gps.storage import HostStore
 from pivot.gps.transport import MonarchTransport, ShmTransport
-
-from conftest import random_state, storage_with_k
-from test_actor import GENRM, MODELS, QWEN, close, expected, make_gps
-from test_recovery import kill
+from pivot.testing.gps import (SMALL_GENRM, SMALL_MODELS, SMALL_POLICY, LocalHost, close_gps,
+                               expected_shard, kill_host, local_gps, random_state,
+                               storage_with_k)
 
 DEVICE_HOST = (0, 0, 1, 1, 2, 2, 3, 3)
-FULL = ParallelLayout.create(QWEN)
+FULL = ParallelLayout.create(SMALL_POLICY)
 
 
 class FailingHost(LocalHost):
@@ -69,28 +68,29 @@ class GatedHost(LocalHost):
 @pytest.fixture
 def four():
     """Four hosts in two groups of two (every shard on two hosts), policy at v1."""
-    storage = storage_with_k(list(MODELS.values()), 4, 2)
-    gps, stores = make_gps(MODELS, storage, DEVICE_HOST)
-    gps.load("policy", random_state(QWEN, 0))
-    gps.load("genrm", random_state(GENRM, 0))
+    storage = storage_with_k(list(SMALL_MODELS.values()), 4, 2)
+    gps, stores = local_gps(SMALL_MODELS, storage, DEVICE_HOST)
+    gps.load("policy", random_state(SMALL_POLICY, 0))
+    gps.load("genrm", random_state(SMALL_GENRM, 0))
     v, full = write(gps, 1)
     assert v == 1
     extra = []
     yield gps, stores, storage, full, extra
-    close(gps, stores)
+    close_gps(gps, stores)
     for s in extra:
         s.close()
 
 
 def write(gps, seed, devs=(0, 3, 4, 7), tp=2):
-    lay = ParallelLayout.create(QWEN, dp=len(devs) // tp, tp=tp)
-    full = random_state(QWEN, seed)
+    lay = ParallelLayout.create(SMALL_POLICY, dp=len(devs) // tp, tp=tp)
+    full = random_state(SMALL_POLICY, seed)
     return gps.write("policy", devs, lay,
-                     {d: expected(full, QWEN, lay, r) for r, d in enumerate(devs)}), full
+                     {d: expected_shard(full, SMALL_POLICY, lay, r)
+                      for r, d in enumerate(devs)}), full
 
 
 def constant(v):
-    return {p.name: torch.full(p.shape, float(v)) for p in QWEN.params}
+    return {p.name: torch.full(p.shape, float(v)) for p in SMALL_POLICY.params}
 
 
 def stored(store):
@@ -110,7 +110,7 @@ def assert_all_hosts_hold(stores, snaps, version):
 
 def assert_reads(gps, full):
     """A full copy on a device of every host equals ``full`` bit for bit."""
-    out = gps.read("policy", (0, 2, 4, 6), ParallelLayout.create(QWEN, dp=4), verify=True)
+    out = gps.read("policy", (0, 2, 4, 6), ParallelLayout.create(SMALL_POLICY, dp=4), verify=True)
     for d in out:
         assert all(torch.equal(out[d][n], t) for n, t in full.items()), d
 
@@ -151,9 +151,9 @@ def test_a_checksum_mismatch_on_the_last_host_discards_the_version_everywhere(fo
 
     gps.transports = {Link.LOCAL: Corrupting(), Link.REMOTE: MonarchTransport()}
     snaps = [stored(s) for s in stores]
-    lay = ParallelLayout.create(QWEN, dp=2, tp=2)
-    new = random_state(QWEN, 2)
-    states = {d: expected(new, QWEN, lay, r) for r, d in enumerate((0, 3, 4, 7))}
+    lay = ParallelLayout.create(SMALL_POLICY, dp=2, tp=2)
+    new = random_state(SMALL_POLICY, 2)
+    states = {d: expected_shard(new, SMALL_POLICY, lay, r) for r, d in enumerate((0, 3, 4, 7))}
     with pytest.raises(StateError, match="GPS host 3: checksum mismatch writing policy v2"):
         gps.write("policy", (0, 3, 4, 7), lay, states, verify=True)
     assert_all_hosts_hold(stores, snaps, 1)
@@ -170,7 +170,7 @@ def test_a_read_during_install_gets_the_old_version_and_during_publish_one_whole
     w.start()
     assert gate.reached.wait(30)
     assert stores[0].versions("policy") == [1, 2] and stores[0].latest("policy") == 1
-    out = gps.read("policy", devs, ParallelLayout.create(QWEN, dp=2))
+    out = gps.read("policy", devs, ParallelLayout.create(SMALL_POLICY, dp=2))
     for d in devs:
         assert all(torch.equal(out[d][n], t) for n, t in full.items())
     gate.go.set()
@@ -181,7 +181,7 @@ def test_a_read_during_install_gets_the_old_version_and_during_publish_one_whole
     w.start()
     assert gate.reached.wait(30)
     assert stores[0].latest("policy") == 3 and stores[1].latest("policy") == 2
-    out = gps.read("policy", devs, ParallelLayout.create(QWEN, dp=2), verify=True)
+    out = gps.read("policy", devs, ParallelLayout.create(SMALL_POLICY, dp=2), verify=True)
     vals = {float(v) for sd in out.values() for t in sd.values() for v in (t.min(), t.max())}
     assert vals == {8.0}
     gate.go.set()
@@ -196,7 +196,7 @@ def test_a_host_that_fails_to_publish_is_named_and_reads_still_pin_the_new_versi
                                          r"failed on hosts \[1\]"):
         gps.write("policy", (0,), FULL, {0: constant(5)})
     assert stores[1].latest("policy") == 1 and stores[0].latest("policy") == 2
-    out = gps.read("policy", (0, 2), ParallelLayout.create(QWEN, dp=2))
+    out = gps.read("policy", (0, 2), ParallelLayout.create(SMALL_POLICY, dp=2))
     assert {float(t.max()) for sd in out.values() for t in sd.values()} == {5.0}
     assert {float(t.min()) for sd in out.values() for t in sd.values()} == {5.0}
 
@@ -205,7 +205,7 @@ def test_writes_of_one_model_are_one_at_a_time_and_a_dead_writers_leftover_can_b
         four):
     gps, stores, storage, full, _ = four
     stores[2].begin_write("policy", 2)  # a writer that died after staging on host 2
-    other = GlobalParameterStorage([LocalHost(s) for s in stores], MODELS, storage,
+    other = GlobalParameterStorage([LocalHost(s) for s in stores], SMALL_MODELS, storage,
                                    DEVICE_HOST, transports=dict(gps.transports))
     with pytest.raises(StateError, match=r"GPS host 2: Write of policy v2 refused: a Write "
                                          r"of policy v2 is in progress \(staged"):
@@ -234,10 +234,10 @@ class GatedPeers:
 def test_a_write_during_a_rebuild_is_refused_or_waits_and_neither_is_corrupted(four):
     gps, stores, storage, full, extra = four
     lost = 1
-    kill(gps, stores, lost)
-    other = GlobalParameterStorage([LocalHost(s) for s in stores], MODELS, storage,
+    kill_host(gps, stores, lost)
+    other = GlobalParameterStorage([LocalHost(s) for s in stores], SMALL_MODELS, storage,
                                    DEVICE_HOST, transports=dict(gps.transports))
-    fresh = HostStore(lost, storage, MODELS)
+    fresh = HostStore(lost, storage, SMALL_MODELS)
     extra.append(fresh)
     peers = GatedPeers()
     errors = []
@@ -265,7 +265,7 @@ def test_a_write_during_a_rebuild_is_refused_or_waits_and_neither_is_corrupted(f
     assert not errors, errors
     assert fut.result(timeout=30) == 2
     assert all(s.latest("policy") == 2 for s in (*stores[:lost], fresh, *stores[lost + 1:]))
-    out = gps.read("policy", (0, 2, 4, 6), ParallelLayout.create(QWEN, dp=4), verify=True)
+    out = gps.read("policy", (0, 2, 4, 6), ParallelLayout.create(SMALL_POLICY, dp=4), verify=True)
     assert all(float(t.min()) == float(t.max()) == 4.0 for sd in out.values()
                for t in sd.values())
     other.close()
@@ -273,7 +273,7 @@ def test_a_write_during_a_rebuild_is_refused_or_waits_and_neither_is_corrupted(f
 
 def test_a_rebuild_during_another_clients_write_is_refused_and_both_end_consistent(four):
     gps, stores, storage, full, extra = four
-    writer = GlobalParameterStorage([LocalHost(s) for s in stores], MODELS, storage,
+    writer = GlobalParameterStorage([LocalHost(s) for s in stores], SMALL_MODELS, storage,
                                     DEVICE_HOST, transports=dict(gps.transports))
     gate = writer.hosts[3] = GatedHost(stores[3], "prepare")  # all staged, not verified
     failed = []
@@ -286,8 +286,8 @@ def test_a_rebuild_during_another_clients_write_is_refused_and_both_end_consiste
     th = threading.Thread(target=w)
     th.start()
     assert gate.reached.wait(30)
-    kill(gps, stores, 1)  # host 1 dies mid-Write
-    fresh = HostStore(1, storage, MODELS)
+    kill_host(gps, stores, 1)  # host 1 dies mid-Write
+    fresh = HostStore(1, storage, SMALL_MODELS)
     extra.append(fresh)
     with pytest.raises(StateError, match=r"GPS host 0: the rebuild of GPS host 1 refused: a "
                                          r"Write of policy v2 is in progress \(prepared"):
@@ -319,14 +319,14 @@ def test_a_rebuilt_host_pulls_from_its_peer_and_nothing_passes_through_the_calle
             return super().write(*a, **k)
 
     gps.transports = {Link.LOCAL: Counting(), Link.REMOTE: Counting()}
-    kill(gps, stores, 2)
-    fresh = HostStore(2, storage, MODELS)
+    kill_host(gps, stores, 2)
+    fresh = HostStore(2, storage, SMALL_MODELS)
     extra.append(fresh)
     report = gps.rebuild(2, LocalHost(fresh))
     assert Counting.calls == 0
     assert report.senders["policy"] == {0: report.senders["policy"][0]}  # its one peer
     assert fresh.latest("policy") == 1 and fresh.latest("genrm") == 0
-    for m in MODELS:
+    for m in SMALL_MODELS:
         want = stores[0].tensors(m, stores[0].latest(m))
         got = fresh.tensors(m, fresh.latest(m))
         assert got.keys() == want.keys() and all(torch.equal(got[k], t)

@@ -6,14 +6,13 @@ import torch
 
 from pivot.errors import StateError
 from pivot.gps.layout import ParallelLayout
-
-from conftest import random_state, storage_with_k
-from test_actor import GENRM, MODELS, QWEN, expected
+from pivot.testing.gps import (SMALL_GENRM, SMALL_MODELS, SMALL_POLICY, expected_shard,
+                               random_state, storage_with_k)
 
 pytestmark = [pytest.mark.monarch, pytest.mark.slow]
 
 DEVICE_HOST = (0, 0, 1, 1, 2, 2, 3, 3)
-STORAGE = storage_with_k(list(MODELS.values()), 4, 2)
+STORAGE = storage_with_k(list(SMALL_MODELS.values()), 4, 2)
 
 
 @pytest.fixture(scope="module")
@@ -23,12 +22,12 @@ def cluster():
     from pivot.gps.actor import ActorHost, GlobalParameterStorage, GPSActor
 
     procs = this_host().spawn_procs(per_host={"gps": 4})
-    actors = [procs.slice(gps=i).spawn(f"agps{i}", GPSActor, i, STORAGE, MODELS)
+    actors = [procs.slice(gps=i).spawn(f"agps{i}", GPSActor, i, STORAGE, SMALL_MODELS)
               for i in range(4)]
     hosts = [ActorHost(i, a) for i, a in enumerate(actors)]
-    client = GlobalParameterStorage(list(hosts), MODELS, STORAGE, DEVICE_HOST)
-    client.load("policy", random_state(QWEN, 0))
-    client.load("genrm", random_state(GENRM, 0))
+    client = GlobalParameterStorage(list(hosts), SMALL_MODELS, STORAGE, DEVICE_HOST)
+    client.load("policy", random_state(SMALL_POLICY, 0))
+    client.load("genrm", random_state(SMALL_GENRM, 0))
     spare = []
     yield client, hosts, spare
     client.close()
@@ -68,16 +67,18 @@ def snapshot(host, model="policy"):
 
 
 def write(client, seed):
-    lay = ParallelLayout.create(QWEN, dp=2, tp=2)
-    full = random_state(QWEN, seed)
+    lay = ParallelLayout.create(SMALL_POLICY, dp=2, tp=2)
+    full = random_state(SMALL_POLICY, seed)
     devs = (0, 3, 4, 7)
     v = client.write("policy", devs, lay,
-                     {d: expected(full, QWEN, lay, r) for r, d in enumerate(devs)}, verify=True)
+                     {d: expected_shard(full, SMALL_POLICY, lay, r) for r, d in enumerate(devs)},
+                     verify=True)
     return v, full
 
 
 def full_reads(client):
-    return client.read("policy", (0, 2, 4, 6), ParallelLayout.create(QWEN, dp=4), verify=True)
+    return client.read("policy", (0, 2, 4, 6), ParallelLayout.create(SMALL_POLICY, dp=4),
+                       verify=True)
 
 
 def test_a_failure_on_one_actor_host_mid_write_leaves_all_four_on_the_old_version(cluster):
@@ -105,16 +106,17 @@ def test_a_failure_on_one_actor_host_mid_write_leaves_all_four_on_the_old_versio
 
 def test_reads_racing_cross_host_writes_return_one_whole_version(cluster):
     client, _, _ = cluster
-    lay = ParallelLayout.create(QWEN)
+    lay = ParallelLayout.create(SMALL_POLICY)
     futs, seen = [], set()
-    client.write("policy", (0,), lay, {0: {p.name: torch.zeros(p.shape) for p in QWEN.params}})
+    client.write("policy", (0,), lay,
+                 {0: {p.name: torch.zeros(p.shape) for p in SMALL_POLICY.params}})
     for k in range(1, 6):
         fut = client.write_async("policy", (0,), lay,
                                  {0: {p.name: torch.full(p.shape, float(k))
-                                      for p in QWEN.params}})
+                                      for p in SMALL_POLICY.params}})
         futs.append(fut)
         while not fut.done():
-            out = client.read("policy", (2, 5), ParallelLayout.create(QWEN, dp=2))
+            out = client.read("policy", (2, 5), ParallelLayout.create(SMALL_POLICY, dp=2))
             vals = {float(x) for sd in out.values() for t in sd.values()
                     for x in (t.min(), t.max())}
             assert len(vals) == 1, vals  # every slice from one version
@@ -132,12 +134,12 @@ def test_a_lost_actor_host_is_rebuilt_peer_to_peer_and_excludes_other_writes(clu
 
     client, hosts, spare = cluster
     v, full = write(client, 3)
-    want = {m: snapshot(hosts[3], m) for m in MODELS}  # host 1's peer (slot 1, group 1)
+    want = {m: snapshot(hosts[3], m) for m in SMALL_MODELS}  # host 1's peer (slot 1, group 1)
     hosts[1].close()  # the store is gone: the host came back empty
     assert lost_hosts(client) == [1]
     procs = this_host().spawn_procs(per_host={"gps": 1})
     spare.append(procs)
-    fresh = ActorHost(1, procs.spawn("agps1b", GPSActor, 1, STORAGE, MODELS))
+    fresh = ActorHost(1, procs.spawn("agps1b", GPSActor, 1, STORAGE, SMALL_MODELS))
     # Another client's rebuild holds host 0's lease: this Write is refused, naming it.
     hosts[0].lease("the rebuild of GPS host 1 (other client)")
     with pytest.raises(StateError, match=r"GPS host 0: Write of policy v\d+ refused: the "

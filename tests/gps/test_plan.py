@@ -11,8 +11,8 @@ from pivot.errors import ConfigError
 from pivot.gps.layout import ParallelLayout, param_stage, plan_storage, qwen3_model
 from pivot.gps.greedy import water_fill
 from pivot.gps.plan import Link, LinkProfile, Planner
-
-from conftest import setups, storage_with_k
+from pivot.testing.gps import storage_with_k
+from pivot.testing.strategies import gps_setups
 
 SETTINGS = settings(max_examples=int(os.environ.get("GPS_EXAMPLES", 60)), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -24,7 +24,7 @@ def planner_of(s):
 
 
 @SETTINGS
-@given(setups())
+@given(gps_setups())
 def test_read_slices_tile_every_target_shard_exactly_once(s):
     plan = planner_of(s).read("policy", s.devices, s.layout)
     pairs = set(zip(plan.cell.tolist(), plan.rank.tolist()))
@@ -43,7 +43,7 @@ def test_read_slices_tile_every_target_shard_exactly_once(s):
 
 
 @SETTINGS
-@given(setups())
+@given(gps_setups())
 def test_write_sends_every_slice_to_every_replica_holder_exactly_once(s):
     plan = planner_of(s).write("policy", s.devices, s.layout)
     st_ = plan.storage
@@ -64,7 +64,7 @@ def test_write_sends_every_slice_to_every_replica_holder_exactly_once(s):
 
 
 @SETTINGS
-@given(setups(), st.sampled_from(["read", "write"]))
+@given(gps_setups(), st.sampled_from(["read", "write"]))
 def test_greedy_plan_is_no_worse_than_every_demand_to_its_first_holder(s, op):
     p = planner_of(s)
     greedy = p._plan(op, "policy", s.devices, s.layout, greedy=True)
@@ -133,7 +133,7 @@ def test_bad_reads_fail_at_once_naming_the_problem():
 
 def plans_fast_and_reference(monkeypatch, planner_factory, op, devices, layout):
     import pivot.gps.plan as plan_mod
-    import reference_greedy
+    from pivot.testing import reference_greedy
 
     fast = planner_factory()._plan(op, "policy", devices, layout)
     with monkeypatch.context() as mp:
@@ -152,7 +152,7 @@ def assert_same_plan(fast, ref):
 
 
 @SETTINGS
-@given(setups(), st.sampled_from(["read", "write"]))
+@given(gps_setups(), st.sampled_from(["read", "write"]))
 def test_fast_greedy_plan_equals_the_scan_based_one_on_random_layouts(s, op):
     with pytest.MonkeyPatch.context() as mp:
         fast, ref = plans_fast_and_reference(mp, lambda: planner_of(s), op, s.devices,
@@ -181,9 +181,8 @@ def test_fast_greedy_plan_equals_the_scan_based_one_with_large_candidate_sets(
 @SETTINGS
 @given(st.integers(0, 2**32 - 1))
 def test_fast_assign_equals_the_scan_based_one_on_random_demands(seed):
-    import reference_greedy
-
     from pivot.gps.greedy import assign
+    from pivot.testing import reference_greedy
 
     r = np.random.default_rng(seed)
     senders = int(r.integers(1, 70))

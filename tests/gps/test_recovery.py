@@ -5,34 +5,15 @@ import pytest
 import torch
 
 from pivot.errors import ConfigError, StateError
-from pivot.gps.actor import LocalHost
 from pivot.gps.layout import ParallelLayout, plan_storage
 from pivot.gps.plan import Link
 from pivot.gps.recovery import (Checkpoint, PeerTransports, host_shards, lost_hosts,
                                  rebuild_host)
 from pivot.gps.storage import HostStore
 from pivot.gps.transport import MonarchTransport, ShmTransport
-
-from conftest import random_state, storage_with_k
-from test_actor import GENRM, MODELS, QWEN, close, expected, make_gps
-
-
-class DeadHost:
-    """The handle of a host whose actor died: every endpoint fails."""
-
-    def __init__(self, index):
-        self.index = index
-
-    def __getattr__(self, op):
-        def call(*a, **k):
-            raise StateError(f"GPS host {self.index}: {op} failed: actor is dead")
-        return call
-
-
-def kill(gps, stores, h):
-    """The actor dies and its arena files go with it."""
-    stores[h].close()
-    gps.hosts[h] = DeadHost(h)
+from pivot.testing.gps import (SMALL_GENRM, SMALL_MODELS, SMALL_POLICY, DeadHost, LocalHost,
+                               close_gps, expected_shard, kill_host, local_gps, random_state,
+                               storage_with_k)
 
 
 def snapshot(store, model):
@@ -41,37 +22,37 @@ def snapshot(store, model):
 
 
 def write_policy(gps, seed, devs=(0, 1)):
-    lay = ParallelLayout.create(QWEN, dp=1, tp=2)
-    full = random_state(QWEN, seed)
+    lay = ParallelLayout.create(SMALL_POLICY, dp=1, tp=2)
+    full = random_state(SMALL_POLICY, seed)
     v = gps.write("policy", devs, lay,
-                  {d: expected(full, QWEN, lay, r) for r, d in enumerate(devs)})
+                  {d: expected_shard(full, SMALL_POLICY, lay, r) for r, d in enumerate(devs)})
     return v, full
 
 
 def read_all(gps, devs):
-    out = gps.read("policy", devs, ParallelLayout.create(QWEN, dp=len(devs)), verify=True)
+    out = gps.read("policy", devs, ParallelLayout.create(SMALL_POLICY, dp=len(devs)), verify=True)
     return out
 
 
 @pytest.mark.parametrize("hosts,k", [(4, 1), (4, 2)])
 def test_a_lost_replica_is_rebuilt_from_a_peer_bit_identically_at_the_same_version(hosts, k):
-    storage = storage_with_k(list(MODELS.values()), hosts, k)
+    storage = storage_with_k(list(SMALL_MODELS.values()), hosts, k)
     assert storage.k == k and storage.groups >= 2
-    gps, stores = make_gps(MODELS, storage, tuple(h for h in range(hosts) for _ in (0, 1)))
+    gps, stores = local_gps(SMALL_MODELS, storage, tuple(h for h in range(hosts) for _ in (0, 1)))
     fresh = None
     try:
-        gps.load("policy", random_state(QWEN, 0))
-        gps.load("genrm", random_state(GENRM, 0))
+        gps.load("policy", random_state(SMALL_POLICY, 0))
+        gps.load("genrm", random_state(SMALL_GENRM, 0))
         v, full = write_policy(gps, 1)
         assert v == 1
         lost = 1
         peer = lost + k  # the same slot in the next group
-        want = {m: snapshot(stores[peer], m) for m in MODELS}
-        kill(gps, stores, lost)
+        want = {m: snapshot(stores[peer], m) for m in SMALL_MODELS}
+        kill_host(gps, stores, lost)
         assert lost_hosts(gps) == [lost]
         with pytest.raises(StateError):
             read_all(gps, (2, 3))  # devices on the lost host
-        fresh = HostStore(lost, storage, MODELS)
+        fresh = HostStore(lost, storage, SMALL_MODELS)
         report = gps.rebuild(lost, LocalHost(fresh))
         assert report.versions == {"policy": 1, "genrm": 0}
         assert report.from_checkpoint == []
@@ -89,7 +70,7 @@ def test_a_lost_replica_is_rebuilt_from_a_peer_bit_identically_at_the_same_versi
         out = read_all(gps, (2, 4))
         assert all(torch.equal(out[2][n], t) for n, t in full2.items())
     finally:
-        close(gps, stores)
+        close_gps(gps, stores)
         if fresh is not None:
             fresh.close()
 
@@ -97,15 +78,15 @@ def test_a_lost_replica_is_rebuilt_from_a_peer_bit_identically_at_the_same_versi
 @pytest.fixture
 def one_group():
     """Two hosts, one group of two: every shard has exactly one copy."""
-    storage = plan_storage([QWEN], 2, QWEN.nbytes * 6 // 10, min_split_bytes=0)
+    storage = plan_storage([SMALL_POLICY], 2, SMALL_POLICY.nbytes * 6 // 10, min_split_bytes=0)
     assert storage.k == 2 and storage.groups == 1
-    gps, stores = make_gps({"policy": QWEN}, storage, (0, 0, 1, 1))
-    gps.load("policy", random_state(QWEN, 0))
+    gps, stores = local_gps({"policy": SMALL_POLICY}, storage, (0, 0, 1, 1))
+    gps.load("policy", random_state(SMALL_POLICY, 0))
     v, full = write_policy(gps, 1)
     assert v == 1
     fresh = []
     yield gps, stores, storage, full, fresh
-    close(gps, stores)
+    close_gps(gps, stores)
     for s in fresh:
         s.close()
 
@@ -114,11 +95,11 @@ def test_a_lost_unique_shard_is_rebuilt_from_the_checkpoint_of_that_version(one_
     gps, stores, storage, full, fresh = one_group
     ver, before = snapshot(stores[1], "policy")
     assert before and ver == 1
-    kill(gps, stores, 1)
+    kill_host(gps, stores, 1)
     assert lost_hosts(gps) == [1]
-    new = HostStore(1, storage, {"policy": QWEN})
+    new = HostStore(1, storage, {"policy": SMALL_POLICY})
     fresh.append(new)
-    stale = Checkpoint(0, random_state(QWEN, 0))
+    stale = Checkpoint(0, random_state(SMALL_POLICY, 0))
     with pytest.raises(StateError, match="checkpoint is version 0 but the surviving GPS "
                                          "hosts hold version 1"):
         rebuild_host(gps, 1, LocalHost(new), checkpoints={"policy": stale})
@@ -126,11 +107,11 @@ def test_a_lost_unique_shard_is_rebuilt_from_the_checkpoint_of_that_version(one_
     report = rebuild_host(gps, 1, LocalHost(new),
                           checkpoints={"policy": Checkpoint(1, full)})
     assert report.from_checkpoint == ["policy"] and report.versions == {"policy": 1}
-    assert report.nbytes == sum(s.nbytes for s in host_shards(storage, QWEN, 1))
+    assert report.nbytes == sum(s.nbytes for s in host_shards(storage, SMALL_POLICY, 1))
     got = new.tensors("policy", 1)
     assert got.keys() == before.keys()
     assert all(torch.equal(got[k], t) for k, t in before.items())
-    out = gps.read("policy", (0, 2), ParallelLayout.create(QWEN, dp=2), verify=True)
+    out = gps.read("policy", (0, 2), ParallelLayout.create(SMALL_POLICY, dp=2), verify=True)
     for d in (0, 2):
         assert all(torch.equal(out[d][n], t) for n, t in full.items())
 
@@ -138,10 +119,10 @@ def test_a_lost_unique_shard_is_rebuilt_from_the_checkpoint_of_that_version(one_
 def test_a_rebuild_with_neither_replica_nor_checkpoint_fails_naming_model_slices_and_fix(
         one_group):
     gps, stores, storage, full, fresh = one_group
-    kill(gps, stores, 1)
-    new = HostStore(1, storage, {"policy": QWEN})
+    kill_host(gps, stores, 1)
+    new = HostStore(1, storage, {"policy": SMALL_POLICY})
     fresh.append(new)
-    lost = host_shards(storage, QWEN, 1)
+    lost = host_shards(storage, SMALL_POLICY, 1)
     with pytest.raises(StateError) as e:
         gps.rebuild(1, LocalHost(new))
     msg = str(e.value)
@@ -158,12 +139,12 @@ def test_a_rebuild_with_neither_replica_nor_checkpoint_fails_naming_model_slices
 
 def test_a_replacement_that_is_not_empty_or_for_another_host_is_refused(one_group):
     gps, stores, storage, full, fresh = one_group
-    kill(gps, stores, 1)
-    other = HostStore(0, storage, {"policy": QWEN})
+    kill_host(gps, stores, 1)
+    other = HostStore(0, storage, {"policy": SMALL_POLICY})
     fresh.append(other)
     with pytest.raises(ConfigError, match="replacement store is for host 0, not 1"):
         gps.rebuild(1, LocalHost(other))
-    used = HostStore(1, storage, {"policy": QWEN})
+    used = HostStore(1, storage, {"policy": SMALL_POLICY})
     fresh.append(used)
     used.begin_write("policy", 7)
     used.commit("policy", 7)
@@ -172,15 +153,15 @@ def test_a_replacement_that_is_not_empty_or_for_another_host_is_refused(one_grou
 
 
 def test_rebuild_pulling_over_the_monarch_path_is_verified_and_bit_identical():
-    storage = plan_storage([QWEN], 2, QWEN.nbytes)  # replicated on 2 hosts
-    gps, stores = make_gps({"policy": QWEN}, storage, (0, 1),
+    storage = plan_storage([SMALL_POLICY], 2, SMALL_POLICY.nbytes)  # replicated on 2 hosts
+    gps, stores = local_gps({"policy": SMALL_POLICY}, storage, (0, 1),
                            transports={Link.LOCAL: MonarchTransport(),
                                        Link.REMOTE: MonarchTransport()})
-    new = HostStore(0, storage, {"policy": QWEN})
+    new = HostStore(0, storage, {"policy": SMALL_POLICY})
     try:
-        gps.load("policy", random_state(QWEN, 3), device=1)
+        gps.load("policy", random_state(SMALL_POLICY, 3), device=1)
         _, want = snapshot(stores[1], "policy")
-        kill(gps, stores, 0)
+        kill_host(gps, stores, 0)
         peers = PeerTransports(MonarchTransport(), shm=False)
         report = gps.rebuild(0, LocalHost(new, peers), via_device=1)
         assert peers.remote is not None and peers.shm is None
@@ -188,7 +169,7 @@ def test_rebuild_pulling_over_the_monarch_path_is_verified_and_bit_identical():
         got = new.tensors("policy", 0)
         assert all(torch.equal(got[k], t) for k, t in want.items())
     finally:
-        close(gps, stores)
+        close_gps(gps, stores)
         new.close()
 
 
@@ -214,47 +195,47 @@ class FlippingHost(LocalHost):
 
 @pytest.mark.parametrize("verify", [False, True])
 def test_a_read_that_receives_a_slice_of_the_wrong_size_fails_loudly(verify):
-    storage = plan_storage([QWEN], 1, QWEN.nbytes)
-    gps, stores = make_gps({"policy": QWEN}, storage, (0,),
+    storage = plan_storage([SMALL_POLICY], 1, SMALL_POLICY.nbytes)
+    gps, stores = local_gps({"policy": SMALL_POLICY}, storage, (0,),
                            transports={Link.LOCAL: MonarchTransport(),
                                        Link.REMOTE: MonarchTransport()})
     try:
-        gps.load("policy", random_state(QWEN, 0))
+        gps.load("policy", random_state(SMALL_POLICY, 0))
         gps.hosts[0] = TruncatingHost(stores[0])
         with pytest.raises(StateError, match=r"size mismatch on read of policy .* GPS host 0: "
                                              r"got shape \(1, "):
-            gps.read("policy", (0,), ParallelLayout.create(QWEN), verify=verify)
+            gps.read("policy", (0,), ParallelLayout.create(SMALL_POLICY), verify=verify)
     finally:
-        close(gps, stores)
+        close_gps(gps, stores)
 
 
 def test_a_read_whose_bytes_are_corrupted_on_the_remote_path_fails_its_checksum():
-    storage = plan_storage([QWEN], 1, QWEN.nbytes)
-    gps, stores = make_gps({"policy": QWEN}, storage, (0,),
+    storage = plan_storage([SMALL_POLICY], 1, SMALL_POLICY.nbytes)
+    gps, stores = local_gps({"policy": SMALL_POLICY}, storage, (0,),
                            transports={Link.LOCAL: MonarchTransport(),
                                        Link.REMOTE: MonarchTransport()})
     try:
-        gps.load("policy", random_state(QWEN, 0))
+        gps.load("policy", random_state(SMALL_POLICY, 0))
         gps.hosts[0] = FlippingHost(stores[0])
         with pytest.raises(StateError, match="checksum mismatch on read"):
-            gps.read("policy", (0,), ParallelLayout.create(QWEN), verify=True)
+            gps.read("policy", (0,), ParallelLayout.create(SMALL_POLICY), verify=True)
     finally:
-        close(gps, stores)
+        close_gps(gps, stores)
 
 
 def test_a_shm_read_from_a_store_with_another_layout_fails_on_sizes():
-    storage = plan_storage([QWEN], 1, QWEN.nbytes)
-    gps, stores = make_gps({"policy": QWEN}, storage, (0,),
+    storage = plan_storage([SMALL_POLICY], 1, SMALL_POLICY.nbytes)
+    gps, stores = local_gps({"policy": SMALL_POLICY}, storage, (0,),
                            transports={Link.LOCAL: ShmTransport(), Link.REMOTE: ShmTransport()})
-    other = plan_storage([QWEN], 2, QWEN.nbytes * 6 // 10, min_split_bytes=0)
-    wrong = HostStore(0, other, {"policy": QWEN})  # holds only half of each split tensor
+    other = plan_storage([SMALL_POLICY], 2, SMALL_POLICY.nbytes * 6 // 10, min_split_bytes=0)
+    wrong = HostStore(0, other, {"policy": SMALL_POLICY})  # holds only half of each split tensor
     try:
         man = wrong.begin_write("policy", 0)
         wrong.commit("policy", 0)
-        assert man.nbytes < QWEN.nbytes
+        assert man.nbytes < SMALL_POLICY.nbytes
         gps.hosts[0] = LocalHost(wrong)
         with pytest.raises(StateError, match="size mismatch on read of policy"):
-            gps.read("policy", (0,), ParallelLayout.create(QWEN))
+            gps.read("policy", (0,), ParallelLayout.create(SMALL_POLICY))
     finally:
-        close(gps, stores)
+        close_gps(gps, stores)
         wrong.close()

@@ -5,9 +5,8 @@ from pivot.planner.evaluate import (IncrementalShiftDown, IncrementalShiftUp,
                                     simulate_shift_up)
 from pivot.planner.monitor import RoleShape, snapshot
 from pivot.scheduler import ShiftAwareScheduler
+from pivot.testing.planner import MODEL, make_snapshot
 from pivot.types import ReplicaView, Role, SequenceState, TrainingLoad
-
-from tests.planner.conftest import MODEL, make_snapshot
 
 
 def test_overall_throughput_is_the_weighted_harmonic_mean_of_equation_1():

@@ -5,9 +5,8 @@ from pivot.planner import (NoShiftPlanner, PivotPlanner, RuleBasedPlanner, Stati
                            VanillaPlanner)
 from pivot.planner.shift_pairs import choose_shift_up_role, prepare_shift_pairs
 from pivot.scheduler import ThroughputModel
+from pivot.testing.planner import MODEL, make_snapshot
 from pivot.types import ReplicaView, Role, RoleLoad, TrainingLoad, WorkloadSnapshot
-
-from tests.planner.conftest import MODEL, make_snapshot
 
 MODELS = {Role.ROLLOUT: MODEL, Role.REWARD: MODEL}
 

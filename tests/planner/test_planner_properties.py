@@ -3,9 +3,8 @@
 from hypothesis import given, settings, strategies as st
 
 from pivot.planner import PivotPlanner, RuleBasedPlanner, StaticPlanner, VanillaPlanner
+from pivot.testing.planner import MODEL, make_snapshot
 from pivot.types import Role, WorkloadSnapshot
-
-from tests.planner.conftest import MODEL, make_snapshot
 
 snapshots = st.builds(
     make_snapshot,

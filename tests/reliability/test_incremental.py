@@ -8,11 +8,12 @@ from dataclasses import replace
 
 import pytest
 
-from pivot.reliability.incremental import IncrementalChecker, StaticSource
+from pivot.reliability.incremental import IncrementalChecker
 from pivot.reliability.invariants import ControlState, EngineReplica, check_state
 from pivot.scheduler.scheduler import ShiftAwareScheduler
 from pivot.scheduler.throughput import ThroughputModel
 from pivot.shifting.device_map import DeviceMap
+from pivot.testing.reliability import StaticSource
 from pivot.types import POLICY, ReplicaView, Role, SequenceState
 
 MODEL = ThroughputModel(A=1e-6, B=0.01, C=1e-4, D=0.001)

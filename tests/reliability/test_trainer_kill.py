@@ -2,8 +2,9 @@
 checkpoint (policy, data position, policy version, replay buffer, allocation) and trains
 every batch exactly once: the resumed policy hash chain equals an uninterrupted run's.
 
-Uses the RL loop engineer's in-memory ports (tests/rl/fakes.py: the policy is a hash chain
-of the batches trained, so a batch trained twice or skipped changes it)."""
+Uses the in-memory ports of ``pivot.testing.rl`` (the policy is a hash chain of the batches
+trained, so a batch trained twice or skipped changes it); the killed child builds the same
+loop from the installed package."""
 
 import json
 import os
@@ -11,21 +12,18 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from pivot.rl import checkpoint
-from tests.rl.test_loop import make
+from pivot.testing.rl import fake_loop
 
-ROOT = Path(__file__).resolve().parents[2]
 STEPS, KILL_AT = 6, 3
 
 CHILD = """
-import json, sys, time
+import json, time
 from pathlib import Path
-sys.path.insert(0, {root!r})
-from tests.rl.test_loop import make
+from pivot.testing.rl import fake_loop
 d = Path({run_dir!r})
-wf, tr, loop = make({steps}, run_dir=d)
+wf, tr, loop = fake_loop({steps}, run_dir=d)
 orig = tr.train
 def train(groups, version):
     if groups[0].step == {kill_at}:
@@ -41,11 +39,12 @@ loop.run()
 
 
 def test_a_trainer_killed_mid_step_resumes_without_training_a_batch_twice(tmp_path):
-    _, full, loop = make(STEPS)
+    _, full, loop = fake_loop(STEPS)
     loop.run()
 
-    code = CHILD.format(root=str(ROOT), run_dir=str(tmp_path), steps=STEPS, kill_at=KILL_AT)
-    child = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
+    code = CHILD.format(run_dir=str(tmp_path), steps=STEPS, kill_at=KILL_AT)
+    # cwd outside the clone: the child imports only the installed package
+    child = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path)
     try:
         deadline = time.monotonic() + 60
         while not (tmp_path / "in_step").exists():
@@ -63,7 +62,7 @@ def test_a_trainer_killed_mid_step_resumes_without_training_a_batch_twice(tmp_pa
     state = checkpoint.load(checkpoint.latest(tmp_path))
     assert state["workflow"]["version"] == KILL_AT
     assert state["allocation"] == {"rollout": 2, "reward": 1, "training": 1}
-    _, rest, loop2 = make(STEPS, run_dir=tmp_path)
+    _, rest, loop2 = fake_loop(STEPS, run_dir=tmp_path)
     loop2.resume(state)
     resume_s = time.perf_counter() - t0
     loop2.run()

@@ -1,28 +1,19 @@
-"""The RL loop over in-memory ports (tests/rl/fakes.py says what is faked and why)."""
+"""The RL loop over in-memory ports (``pivot.testing.rl`` says what is faked and why)."""
 
 import pytest
 
 from pivot.errors import StateError
 from pivot.rl import checkpoint
-from pivot.rl.clock import ManualClock
-from pivot.rl.data import PromptStream
-from pivot.rl.loop import LoopConfig, RLLoop
 from pivot.rl.staleness import StalenessBound
-from pivot.rl.workflow import RLWorkflow
-from tests.rl.fakes import FakeControl, FakeReward, FakeRollout, FakeTrainer, encode
+from pivot.testing.rl import fake_loop
 
 M, N = 3, 4
 
 
 def make(steps, staleness=2, run_dir=None, stop_after=None, seed=0):
-    wf = RLWorkflow(PromptStream(prompts_per_step=M, seed=seed, num_val=8), N, steps,
-                    StalenessBound(staleness), encode)
-    tr = FakeTrainer(wf)
-    loop = RLLoop(wf, FakeRollout(), FakeReward(), tr, FakeControl(),
-                  LoopConfig(poll_s=0.01, tick_s=0.05, stop_after=stop_after,
-                             checkpoint_every=1 if run_dir else 0),
-                  run_dir=run_dir, clock=ManualClock())
-    return wf, tr, loop
+    """(workflow, FakeTrainer, loop) of ``steps`` steps, M prompts of N responses each."""
+    return fake_loop(steps, staleness, run_dir, stop_after, seed, prompts_per_step=M,
+                     responses=N)
 
 
 @pytest.mark.parametrize("staleness", [0, 1, 2])

@@ -1,10 +1,11 @@
 """Engine fixtures: one in-process vLLM engine per test session, on the session's tiny
-random Qwen3 (``tiny_model`` and ``engine_config`` are in ``tests/conftest.py``)."""
+random Qwen3 (``tiny_model`` and ``engine_config`` are in ``tests/conftest.py``); and the
+trainer tests' tiny transformers reference, batches and trainers."""
 
 import pytest
 import torch
 
-from pivot.roles.engine.tiny import random_state_dict
+from pivot.testing.engine import random_state_dict
 
 
 @pytest.fixture(scope="session")
@@ -58,3 +59,90 @@ def hf(tiny_model):
 def hf_disk(tiny_model):
     """transformers with the weights on disk (what a freshly started engine serves)."""
     return HFReference(tiny_model)
+
+
+# ---- the trainer tests (test_trainer.py, test_trainer_fsdp.py) ---------------------------
+
+TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=32, vocab_size=512, max_position_embeddings=128,
+            rope_theta=1e6)
+"""The transformers ``Qwen3Config`` fields of the trainer tests' tiny model."""
+
+
+def _hf_model(tie: bool = False, seed: int = 0):
+    import transformers
+
+    torch.manual_seed(seed)
+    cfg = transformers.Qwen3Config(**TINY, tie_word_embeddings=tie)
+    return transformers.Qwen3ForCausalLM(cfg).eval()
+
+
+def _hf_logprobs(model, ids: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        logp = torch.log_softmax(model(ids).logits.float(), -1)
+    picked = logp[:, :-1].gather(-1, ids[:, 1:, None]).squeeze(-1)
+    return torch.nn.functional.pad(picked, (1, 0))
+
+
+def _make_batch(b: int = 8, length: int = 24, prompt: int = 6, seed: int = 0,
+                old_noise: float = 0.0, ref_lp: torch.Tensor | None = None):
+    from pivot.losses.grpo import group_advantages
+    from pivot.roles.trainer import TrainBatch
+
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, TINY["vocab_size"], (b, length), generator=g)
+    mask = torch.zeros(b, length, dtype=torch.long)
+    for i in range(b):
+        end = int(torch.randint(prompt + 2, length + 1, (1,), generator=g))
+        mask[i, prompt:end] = 1
+        ids[i, end:] = 0  # padding
+    adv = group_advantages(torch.rand(b, generator=g), group_size=4)
+    old = None
+    if ref_lp is not None:
+        old = ref_lp + old_noise * torch.randn(b, length, generator=g)
+    return TrainBatch(ids, mask, adv, old, torch.zeros(b, dtype=torch.long))
+
+
+def _make_trainer(hf, lr: float = 1e-3, **kw):
+    from pivot.roles.trainer import Trainer
+
+    tr = Trainer(Trainer.Config(model=hf.config.to_dict(),
+                                optimizer=Trainer.Optimizer(lr=lr), **kw))
+    tr.setup()
+    tr.load_hf_state_dict(hf.state_dict())
+    return tr
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3():
+    """The ``Qwen3Config`` fields of the trainer tests' tiny model (a fresh dict)."""
+    return dict(TINY)
+
+
+@pytest.fixture(scope="session")
+def hf_model():
+    """``hf_model(tie=False, seed=0)``: a random transformers ``Qwen3ForCausalLM`` of
+    ``tiny_qwen3`` in eval mode, the trainer tests' outside reference."""
+    return _hf_model
+
+
+@pytest.fixture(scope="session")
+def hf_logprobs():
+    """``hf_logprobs(model, ids)``: [B, L] log p(ids[t] | ids[:t]) under a transformers
+    model (column 0 = 0)."""
+    return _hf_logprobs
+
+
+@pytest.fixture(scope="session")
+def make_batch():
+    """``make_batch(b=8, length=24, prompt=6, seed=0, old_noise=0.0, ref_lp=None)``: a GRPO
+    ``TrainBatch`` of groups of 4 responses, random lengths, right padded; with ``ref_lp``
+    its old log-probs are ``ref_lp`` plus ``old_noise`` Gaussian noise."""
+    return _make_batch
+
+
+@pytest.fixture(scope="session")
+def make_trainer():
+    """``make_trainer(hf, lr=1e-3, **config)``: a set-up ``Trainer`` holding the weights of
+    the transformers model ``hf``."""
+    return _make_trainer

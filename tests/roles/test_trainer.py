@@ -13,63 +13,21 @@ import torch
 import transformers
 
 from pivot.errors import ConfigError, StateError
-from pivot.losses.grpo import group_advantages
 from pivot.roles.titan.context import CATEGORIES
 from pivot.roles.titan.model import Qwen3Shape
-from pivot.roles.trainer import TrainBatch, Trainer
+from pivot.roles.trainer import TrainBatch
 
-TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, head_dim=32, vocab_size=512, max_position_embeddings=128,
-            rope_theta=1e6)
 LOGPROB_ATOL = 1e-5  # fp32, same maths in a different order
 
 
-def hf_model(tie: bool = False, seed: int = 0) -> transformers.Qwen3ForCausalLM:
-    torch.manual_seed(seed)
-    cfg = transformers.Qwen3Config(**TINY, tie_word_embeddings=tie)
-    return transformers.Qwen3ForCausalLM(cfg).eval()
-
-
-def hf_logprobs(model, ids: torch.Tensor) -> torch.Tensor:
-    """[B, L] log p(ids[t] | ids[:t]) under a transformers model (column 0 = 0)."""
-    with torch.no_grad():
-        logp = torch.log_softmax(model(ids).logits.float(), -1)
-    picked = logp[:, :-1].gather(-1, ids[:, 1:, None]).squeeze(-1)
-    return torch.nn.functional.pad(picked, (1, 0))
-
-
-def make_batch(b: int = 8, length: int = 24, prompt: int = 6, seed: int = 0,
-               old_noise: float = 0.0, ref_lp: torch.Tensor | None = None) -> TrainBatch:
-    """A GRPO batch: groups of 4 responses, random lengths, right padded."""
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, TINY["vocab_size"], (b, length), generator=g)
-    mask = torch.zeros(b, length, dtype=torch.long)
-    for i in range(b):
-        end = int(torch.randint(prompt + 2, length + 1, (1,), generator=g))
-        mask[i, prompt:end] = 1
-        ids[i, end:] = 0  # padding
-    adv = group_advantages(torch.rand(b, generator=g), group_size=4)
-    old = None
-    if ref_lp is not None:
-        old = ref_lp + old_noise * torch.randn(b, length, generator=g)
-    return TrainBatch(ids, mask, adv, old, torch.zeros(b, dtype=torch.long))
-
-
-def make_trainer(hf, lr: float = 1e-3, **kw) -> Trainer:
-    tr = Trainer(Trainer.Config(model=hf.config.to_dict(),
-                                optimizer=Trainer.Optimizer(lr=lr), **kw))
-    tr.setup()
-    tr.load_hf_state_dict(hf.state_dict())
-    return tr
-
-
 @pytest.fixture(scope="module")
-def hf():
+def hf(hf_model):
     return hf_model()
 
 
 @pytest.mark.parametrize("tie", [False, True])
-def test_trainer_logprobs_equal_transformers_in_fp32(tie):
+def test_trainer_logprobs_equal_transformers_in_fp32(
+        tie, hf_model, hf_logprobs, make_batch, make_trainer):
     model = hf_model(tie=tie)
     tr = make_trainer(model)
     batch = make_batch()
@@ -81,7 +39,7 @@ def test_trainer_logprobs_equal_transformers_in_fp32(tie):
 
 
 @pytest.mark.parametrize("tie", [False, True])
-def test_hf_state_dict_round_trips_exactly(tie):
+def test_hf_state_dict_round_trips_exactly(tie, hf_model, make_trainer):
     model = hf_model(tie=tie)
     tr = make_trainer(model)
     out = tr.state_dict_hf()
@@ -93,7 +51,8 @@ def test_hf_state_dict_round_trips_exactly(tie):
         assert torch.equal(out[k], ref[k]), k
 
 
-def test_after_a_step_the_new_weights_give_the_trainers_logprobs_in_transformers(hf):
+def test_after_a_step_the_new_weights_give_the_trainers_logprobs_in_transformers(
+        hf, hf_logprobs, make_batch, make_trainer):
     tr = make_trainer(hf)
     before = tr.state_dict_hf()
     lp0 = tr.compute_logprobs(make_batch())
@@ -114,14 +73,15 @@ def test_after_a_step_the_new_weights_give_the_trainers_logprobs_in_transformers
     assert not torch.allclose(got, lp0)
 
 
-def test_on_policy_batches_have_ratio_one_and_no_clipping(hf):
+def test_on_policy_batches_have_ratio_one_and_no_clipping(hf, make_batch, make_trainer):
     tr = make_trainer(hf)
     m = tr.forward_backward(make_batch())
     assert m["trainer/fb/ratio_mean"] == pytest.approx(1.0)
     assert m["trainer/fb/clip_frac"] == 0.0
 
 
-def test_offload_then_reload_is_bit_identical_and_the_next_step_matches(hf):
+def test_offload_then_reload_is_bit_identical_and_the_next_step_matches(
+        hf, make_batch, make_trainer):
     a, b = make_trainer(hf), make_trainer(hf)
     batches = [make_batch(seed=s) for s in (3, 4)]
     for tr in (a, b):
@@ -148,7 +108,7 @@ def test_offload_then_reload_is_bit_identical_and_the_next_step_matches(hf):
     assert all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
-def test_released_parameters_come_back_from_a_gps_read(hf):
+def test_released_parameters_come_back_from_a_gps_read(hf, make_batch, make_trainer):
     tr = make_trainer(hf)
     weights = tr.state_dict_hf()
     lp = tr.compute_logprobs(make_batch())
@@ -161,7 +121,7 @@ def test_released_parameters_come_back_from_a_gps_read(hf):
     assert torch.equal(tr.compute_logprobs(make_batch()), lp)
 
 
-def test_context_items_describe_the_role_by_category(hf):
+def test_context_items_describe_the_role_by_category(hf, make_batch, make_trainer):
     tr = make_trainer(hf)
     tr.forward_backward(make_batch())
     tr.optim_step()
@@ -175,15 +135,15 @@ def test_context_items_describe_the_role_by_category(hf):
     assert items["optimizer.state"][0] == items["gradients"][0] == "offloadable"
 
 
-def test_the_shape_is_read_from_a_saved_config_folder(tmp_path):
-    transformers.Qwen3Config(**TINY).save_pretrained(tmp_path)
+def test_the_shape_is_read_from_a_saved_config_folder(tmp_path, tiny_qwen3):
+    transformers.Qwen3Config(**tiny_qwen3).save_pretrained(tmp_path)
     shape = Qwen3Shape.from_hf(tmp_path)
     assert (shape.hidden_size, shape.num_hidden_layers, shape.head_dim) == (64, 2, 32)
     assert shape.rope_theta == 1e6 and shape.vocab_size == 512
 
 
-def test_unsupported_configs_name_the_field(tmp_path):
-    cfg = transformers.Qwen3Config(**TINY).to_dict()
+def test_unsupported_configs_name_the_field(tmp_path, tiny_qwen3):
+    cfg = transformers.Qwen3Config(**tiny_qwen3).to_dict()
     with pytest.raises(ConfigError, match="attention_bias"):
         Qwen3Shape.from_hf({**cfg, "attention_bias": True})
     with pytest.raises(ConfigError, match="hidden_size"):
@@ -195,7 +155,7 @@ def test_unsupported_configs_name_the_field(tmp_path):
         Qwen3Shape.from_hf(tmp_path)
 
 
-def test_bad_batches_and_weights_are_rejected_with_the_field_named(hf):
+def test_bad_batches_and_weights_are_rejected_with_the_field_named(hf, make_batch, make_trainer):
     tr = make_trainer(hf)
     good = make_batch()
     bad = TrainBatch(good.input_ids, good.response_mask, good.advantages[:3])
@@ -216,7 +176,8 @@ def test_bad_batches_and_weights_are_rejected_with_the_field_named(hf):
         tr.optim_step()
 
 
-def test_accumulating_two_half_batches_with_the_global_token_count_equals_one_batch(hf):
+def test_accumulating_two_half_batches_with_the_global_token_count_equals_one_batch(
+        hf, make_batch, make_trainer):
     a, b = make_trainer(hf), make_trainer(hf)
     batch = make_batch(seed=9)
     n = batch.num_response_tokens

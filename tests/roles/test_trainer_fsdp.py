@@ -8,8 +8,6 @@ whole batch (within fp32 reduction-order noise).
 import pytest
 import torch
 
-from tests.roles.test_trainer import hf_logprobs, hf_model, make_batch, make_trainer
-
 pytestmark = [pytest.mark.monarch, pytest.mark.engine]
 
 LR = 1e-3
@@ -21,7 +19,7 @@ LOSS_RTOL = 1e-5
 
 
 @pytest.fixture(scope="module")
-def fsdp_trainers():
+def fsdp_trainers(hf_model):
     """Two TrainerActor ranks on two Monarch procs, joined in one gloo group."""
     from monarch.actor import this_host
     from monarch.spmd import setup_torch_elastic_env
@@ -43,7 +41,8 @@ def _values(mesh_result):
     return [v for _, v in mesh_result.get().items()]
 
 
-def test_fsdp2_on_two_procs_trains_like_a_single_process(fsdp_trainers):
+def test_fsdp2_on_two_procs_trains_like_a_single_process(
+        fsdp_trainers, hf_logprobs, make_batch, make_trainer):
     hf, actors, _ = fsdp_trainers
     single = make_trainer(hf)
     _values(actors.load_hf_state_dict.call(hf.state_dict()))
@@ -81,7 +80,8 @@ def test_fsdp2_on_two_procs_trains_like_a_single_process(fsdp_trainers):
         assert worst <= WEIGHT_ATOL, f"step {step}: max weight difference {worst:.2e}"
 
 
-def test_each_rank_holds_half_the_parameters_and_they_can_be_released(fsdp_trainers):
+def test_each_rank_holds_half_the_parameters_and_they_can_be_released(
+        fsdp_trainers, hf_logprobs, make_batch):
     hf, actors, _ = fsdp_trainers
     _values(actors.load_hf_state_dict.call(hf.state_dict()))
     full = 4 * sum(p.numel() for p in hf.parameters())
@@ -97,7 +97,8 @@ def test_each_rank_holds_half_the_parameters_and_they_can_be_released(fsdp_train
     assert (got - want)[probe.response_mask.bool()].abs().max() <= 1e-5
 
 
-def test_tied_embeddings_shard_and_train_like_a_single_process(fsdp_trainers):
+def test_tied_embeddings_shard_and_train_like_a_single_process(
+        fsdp_trainers, hf_model, hf_logprobs, make_batch, make_trainer):
     from pivot.roles.trainer import Trainer, TrainerActor
 
     _, _, procs = fsdp_trainers  # same procs: the gloo group is already up

@@ -5,29 +5,23 @@ import functools
 import logging
 
 import pytest
-import torch
 
 from pivot.gps.actor import GPSActor
 from pivot.gps.layout import ModelMeta, plan_storage
 from pivot.runtime.gps_source import GPSParameterSource
 from pivot.runtime.mesh import MeshController
 from pivot.runtime.provision import spawn_host_service
-from pivot.shifting.contexts import InferenceContext, TinyMLP, TrainingContext
 from pivot.shifting.role_shift import SlotKind
+from pivot.testing.shifting import InferenceContext, TinyMLP, TrainingContext, tiny_mlp_state
 from pivot.types import GENRM, POLICY, Role
 
 POLICY_SIZES = (16, 32, 4)
 GENRM_SIZES = (16, 24, 2)
 
 
-def state_dict(sizes, seed):
-    torch.manual_seed(seed)
-    return {k: v.detach().clone() for k, v in TinyMLP(sizes)().state_dict().items()}
-
-
 @pytest.fixture(scope="session")
 def models():
-    return {POLICY: state_dict(POLICY_SIZES, 0), GENRM: state_dict(GENRM_SIZES, 1)}
+    return {POLICY: tiny_mlp_state(POLICY_SIZES, 0), GENRM: tiny_mlp_state(GENRM_SIZES, 1)}
 
 
 @pytest.fixture(scope="session")

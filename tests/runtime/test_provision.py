@@ -10,8 +10,9 @@ from pivot.gps.actor import GPSActor
 from pivot.gps.layout import ModelMeta, plan_storage
 from pivot.runtime.gps_source import GPSParameterSource
 from pivot.runtime.mesh import MeshController
-from pivot.runtime.provision import allocate, spawn_per_host
-from pivot.shifting.contexts import InferenceContext
+from pivot.runtime.provision import allocate
+from pivot.testing.runtime import spawn_per_host
+from pivot.testing.shifting import InferenceContext
 from pivot.types import GENRM, POLICY, Role
 
 

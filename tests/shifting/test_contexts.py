@@ -4,9 +4,10 @@ import pytest
 import torch
 
 from pivot.errors import StateError
-from pivot.shifting.contexts import InferenceContext, TinyMLP, TrainingContext, apply_steps
-from pivot.shifting.params import InMemoryParameterSource
+from pivot.shifting.contexts import apply_steps
 from pivot.shifting.role_shift import shift_down_steps, shift_up_steps
+from pivot.testing.shifting import (InMemoryParameterSource, InferenceContext, TinyMLP,
+                                    TrainingContext)
 from pivot.types import POLICY, Role
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from pivot.errors import StateError
-from pivot.shifting.params import InMemoryParameterSource
+from pivot.testing.shifting import InMemoryParameterSource
 
 
 def test_a_read_returns_copies_per_device_and_a_write_replaces_the_model():

@@ -3,25 +3,10 @@
 import pytest
 
 from pivot.planner import NoShiftPlanner, PivotPlanner
-from pivot.scheduler.throughput import ThroughputModel
 from pivot.shifting.device_map import replay
-from pivot.sim.deployment import Deployment, ModelGroup
+from pivot.sim.deployment import Deployment
 from pivot.sim.driver import SimDriver
-from pivot.sim.lengths import LengthModel
 from pivot.sim.phased import ColocatedPlanner, RolloutRewardColocatedPlanner
-from pivot.sim.profile import ModelProfile, TrainingProfile
-
-TM = ThroughputModel(A=1e-8, B=0.0, C=4e-4, D=0.007)
-
-
-def group(**kw):
-    pol = ModelProfile("p", 7.6, 7.6, 57344, 1, throughput=TM)
-    rm = ModelProfile("r", 30.5, 3.3, 98304, 4, throughput=TM)
-    lengths = LengthModel(response_median=300, judge_median=200, response_cap=2000,
-                          judge_cap=2000)
-    return ModelGroup("t", 16, pol, rm, TrainingProfile(4), lengths=lengths,
-                      prompts_per_step=8, n=4, **kw)
-
 
 DEPLOYMENTS = [
     Deployment("disaggregated", NoShiftPlanner, rollout_devices=4, reward_devices=8),
@@ -34,8 +19,8 @@ DEPLOYMENTS = [
 
 
 @pytest.mark.parametrize("dep", DEPLOYMENTS, ids=lambda d: d.name)
-def test_work_is_conserved(dep):
-    d = SimDriver(group(), dep, steps=3, seed=1)
+def test_work_is_conserved(dep, make_group):
+    d = SimDriver(make_group(), dep, steps=3, seed=1)
     res = d.run()
     wf = d.workflow
     responses = [it for sid, it in wf.items.items() if sid == it.response_id]
@@ -47,18 +32,18 @@ def test_work_is_conserved(dep):
         s.check()
 
 
-def test_runs_are_deterministic_for_a_seed():
+def test_runs_are_deterministic_for_a_seed(make_group):
     dep = DEPLOYMENTS[3]
-    a = SimDriver(group(), dep, steps=3, seed=7).run()
-    b = SimDriver(group(), dep, steps=3, seed=7).run()
-    c = SimDriver(group(), dep, steps=3, seed=8).run()
+    a = SimDriver(make_group(), dep, steps=3, seed=7).run()
+    b = SimDriver(make_group(), dep, steps=3, seed=7).run()
+    c = SimDriver(make_group(), dep, steps=3, seed=8).run()
     assert a.throughput == b.throughput and a.shift_log == b.shift_log
     assert a.throughput != c.throughput
 
 
 @pytest.mark.parametrize("dep", DEPLOYMENTS[1:], ids=lambda d: d.name)
-def test_shifts_never_give_a_device_to_two_roles(dep):
-    d = SimDriver(group(), dep, steps=3, seed=2)
+def test_shifts_never_give_a_device_to_two_roles(dep, make_group):
+    d = SimDriver(make_group(), dep, steps=3, seed=2)
     d.run()
     assert d.tracer.shifts or dep.name == "disaggregated"
     replay(d.device_map.device_host, d.device_map.events)  # every transition valid

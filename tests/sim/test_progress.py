@@ -9,13 +9,11 @@ from pivot.planner import NoShiftPlanner
 from pivot.sim.deployment import Deployment
 from pivot.sim.driver import SimDriver
 
-from tests.sim.test_driver import group
 
-
-def test_reward_without_devices_fails_fast():
+def test_reward_without_devices_fails_fast(make_group):
     # every inference device goes to rollout: GenRM judgements can never run
     dep = Deployment("no_reward", NoShiftPlanner, rollout_devices=-1, reward_devices=0)
-    d = SimDriver(group(), dep, steps=3, seed=0, max_virtual_s=1e9)
+    d = SimDriver(make_group(), dep, steps=3, seed=0, max_virtual_s=1e9)
     t0 = time.perf_counter()
     with pytest.raises(ConfigError, match="makes no progress.*reward_devices"):
         d.run()

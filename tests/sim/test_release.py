@@ -5,12 +5,10 @@ from pivot.planner import RuleBasedPlanner
 from pivot.sim.deployment import Deployment
 from pivot.sim.driver import SimDriver
 
-from tests.sim.test_driver import group
 
-
-def test_rule_based_releases_and_conserves_work():
+def test_rule_based_releases_and_conserves_work(make_group):
     dep = Deployment("rule_based", RuleBasedPlanner, rollout_devices=4, reward_devices=8)
-    d = SimDriver(group(), dep, steps=3, seed=1)
+    d = SimDriver(make_group(), dep, steps=3, seed=1)
     res = d.run()
     releases = [s for s in res.shift_log if s["up_role"] == "idle"]
     assert releases, "expected at least one release to the idle pool"

@@ -57,11 +57,3 @@ def make_tiny_qwen3(out: str | Path, *, seed: int = 0, hidden: int = 128, layers
     model = Qwen3ForCausalLM(cfg).to(torch.float32)
     model.save_pretrained(out)
     return out
-
-
-def random_state_dict(model_dir: str | Path, seed: int) -> dict[str, torch.Tensor]:
-    """A fresh random state dict (HF names) with the shapes of the model in ``model_dir``."""
-    cfg = Qwen3Config.from_pretrained(model_dir)
-    torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(cfg).to(torch.float32)
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}

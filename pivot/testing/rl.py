@@ -1,19 +1,45 @@
-"""In-memory ports for the RL loop's unit tests.
+"""In-memory ports and a manual clock for the RL loop (tests and benchmarks only; see
+``pivot.testing``).
 
 What is faked and why: the rollout engine, the GenRM engine and the trainer are real
-elsewhere (tests/roles, tests/local); here the thing under test is the loop itself
+elsewhere (tests/roles, tests/local); with these the thing under test is the loop itself
 (release order, staleness, grouping, checkpoint and resume), so the ports return
 deterministic responses, judgements and a 'policy' that is a running hash of the batches.
+``fake_loop`` builds an ``RLLoop`` over them; a subprocess a test starts (and kills) can
+build the same loop, as this module is part of the installed package.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+from dataclasses import dataclass
+from pathlib import Path
 
+from pivot.rl.data import PromptStream
+from pivot.rl.loop import LoopConfig, RLLoop
 from pivot.rl.ports import Judgement, Response
+from pivot.rl.staleness import StalenessBound
+from pivot.rl.workflow import RLWorkflow
+
+
+@dataclass
+class ManualClock:
+    """Time advances only when a coroutine sleeps (deterministic under asyncio's FIFO
+    order): ``sleep(dt)`` adds dt and yields once."""
+
+    t: float = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    async def sleep(self, seconds: float) -> None:
+        self.t += seconds
+        await asyncio.sleep(0)
 
 
 def encode(text: str) -> list[int]:
+    """A deterministic stand-in tokenizer: the last 24 characters as ids 3 to 99."""
     return [ord(c) % 97 + 3 for c in text[-24:]]
 
 
@@ -98,3 +124,27 @@ class FakeControl:
 
     def allocation(self):
         return {"rollout": 2, "reward": 1, "training": 1}
+
+
+def fake_loop(steps: int, staleness: int = 2, run_dir: str | Path | None = None,
+              stop_after: int | None = None, seed: int = 0, prompts_per_step: int = 3,
+              responses: int = 4) -> tuple[RLWorkflow, FakeTrainer, RLLoop]:
+    """An ``RLLoop`` of ``steps`` steps over the fake ports and a ``ManualClock``.
+
+    Args:
+        staleness: the data staleness bound.
+        run_dir: where checkpoints go, one per step (None: no checkpoints).
+        stop_after: stop after this many steps (``LoopConfig.stop_after``).
+        seed: the prompt stream's seed.
+        prompts_per_step / responses: prompts per batch and responses per prompt.
+    Returns:
+        (workflow, trainer, loop): the ``FakeTrainer`` records every batch it trained on.
+    """
+    wf = RLWorkflow(PromptStream(prompts_per_step=prompts_per_step, seed=seed, num_val=8),
+                    responses, steps, StalenessBound(staleness), encode)
+    tr = FakeTrainer(wf)
+    loop = RLLoop(wf, FakeRollout(), FakeReward(), tr, FakeControl(),
+                  LoopConfig(poll_s=0.01, tick_s=0.05, stop_after=stop_after,
+                             checkpoint_every=1 if run_dir else 0),
+                  run_dir=run_dir, clock=ManualClock())
+    return wf, tr, loop

@@ -1,18 +1,24 @@
-"""Shared builders for the GPS tests: random small models, layouts and pools."""
+"""Hypothesis strategies for property tests (tests only; see ``pivot.testing``).
+
+Needs hypothesis, which the ``test`` extra installs (``pip install .[test]``); the other
+``pivot.testing`` modules do not import this one.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-import torch
 from hypothesis import strategies as st
 
-from pivot.gps.layout import ModelMeta, ParallelLayout, ParamMeta, _shard_models, plan_storage
+from pivot.gps.layout import ModelMeta, ParallelLayout, ParamMeta
+from pivot.testing.gps import layout_for
 
 
 @dataclass
-class Setup:
+class GPSSetup:
+    """A random GPS case: a model and its split dims, a caller layout P over ``devices``
+    of a pool (``device_host``), and GPS on ``hosts`` hosts in groups of ``k``."""
+
     model: ModelMeta
     split: dict
     layout: ParallelLayout
@@ -22,13 +28,9 @@ class Setup:
     devices: tuple[int, ...]
 
 
-def layout_for(model: ModelMeta, split: dict, dp: int, tp: int, pp: int) -> ParallelLayout:
-    return ParallelLayout(dp, tp, pp, tuple((p.name, split[p.name]) for p in model.params))
-
-
 @st.composite
-def models(draw, tp: int, pp: int, name: str = "policy"):
-    """A small model whose split dims TP divides; layers >= PP."""
+def gps_models(draw, tp: int, pp: int, name: str = "policy"):
+    """A small model whose split dims TP divides; layers >= PP. Draws (model, split)."""
     params, split = [], {}
 
     def add(pname, shape, d):
@@ -54,18 +56,13 @@ def models(draw, tp: int, pp: int, name: str = "policy"):
     return ModelMeta(name, tuple(params)), split
 
 
-def storage_with_k(model_list, hosts: int, k: int):
-    """The GPS layout plan_storage picks for a budget that exactly fits groups of k."""
-    _, load = _shard_models(model_list, k, 0)
-    return plan_storage(model_list, hosts, int(load.max()), min_split_bytes=0)
-
-
 @st.composite
-def setups(draw):
+def gps_setups(draw) -> GPSSetup:
+    """A ``GPSSetup``: TP 1-3, PP 1-2, DP 1-2, 1-4 hosts, a pool of up to 2 spare devices."""
     tp = draw(st.sampled_from([1, 2, 3]))
     pp = draw(st.integers(1, 2))
     dp = draw(st.integers(1, 2))
-    model, split = draw(models(tp, pp))
+    model, split = draw(gps_models(tp, pp))
     hosts = draw(st.integers(1, 4))
     k = draw(st.sampled_from([d for d in range(1, hosts + 1) if hosts % d == 0]))
     world = dp * tp * pp
@@ -73,27 +70,5 @@ def setups(draw):
     device_host = tuple(draw(st.lists(st.integers(0, hosts - 1), min_size=pool,
                                       max_size=pool)))
     devices = tuple(draw(st.permutations(range(pool)))[:world])
-    return Setup(model, split, layout_for(model, split, dp, tp, pp), hosts, k, device_host,
-                 devices)
-
-
-def random_state(model: ModelMeta, seed: int) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    return {p.name: torch.randn(p.shape, generator=g) for p in model.params}
-
-
-def shard_of(full: dict, layout: ParallelLayout, rank: int, stage_of) -> dict:
-    """What device ``rank`` must hold under ``layout``: chunks of the full tensors."""
-    _, stage, t = layout.coords(rank)
-    split = dict(layout.split_dims)
-    out = {}
-    for name, x in full.items():
-        if stage_of(name) != stage:
-            continue
-        d = split.get(name)
-        out[name] = x if d is None else x.chunk(layout.tp, d)[t]
-    return out
-
-
-def rng(seed: int) -> np.random.Generator:
-    return np.random.default_rng(seed)
+    return GPSSetup(model, split, layout_for(model, split, dp, tp, pp), hosts, k, device_host,
+                    devices)

@@ -1,6 +1,6 @@
 """The scan-based greedy sender selection as it was before the heap/batched rewrite of
-:mod:`pivot.gps.greedy` (verbatim, test-only): the straightforward reference that the fast
-version must match bit for bit."""
+:mod:`pivot.gps.greedy` (verbatim; tests only, see ``pivot.testing``): the straightforward
+reference that the fast version must match bit for bit (tests/gps/test_plan.py)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence

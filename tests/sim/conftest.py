@@ -1,0 +1,27 @@
+"""Sim-driver fixtures shared by the tests of this folder."""
+
+import pytest
+
+from pivot.scheduler.throughput import ThroughputModel
+from pivot.sim.deployment import ModelGroup
+from pivot.sim.lengths import LengthModel
+from pivot.sim.profile import ModelProfile, TrainingProfile
+
+TM = ThroughputModel(A=1e-8, B=0.0, C=4e-4, D=0.007)
+
+
+def _group(**kw) -> ModelGroup:
+    pol = ModelProfile("p", 7.6, 7.6, 57344, 1, throughput=TM)
+    rm = ModelProfile("r", 30.5, 3.3, 98304, 4, throughput=TM)
+    lengths = LengthModel(response_median=300, judge_median=200, response_cap=2000,
+                          judge_cap=2000)
+    return ModelGroup("t", 16, pol, rm, TrainingProfile(4), lengths=lengths,
+                      prompts_per_step=8, n=4, **kw)
+
+
+@pytest.fixture
+def make_group():
+    """Builds a small model group: 16 devices, a 1-device policy and a 4-device GenRM
+    sharing one throughput model, 8 prompts x 4 responses per step, short lengths;
+    keyword arguments go to ``ModelGroup``."""
+    return _group
