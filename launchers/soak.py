@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pivot.paths import REPO_ROOT as ROOT
 
+from pivot.errors import ConfigError
 from pivot.reliability.invariants import InvariantError
 from pivot.reliability.soak import SoakConfig, run_soak
 
@@ -26,26 +27,33 @@ from pivot.reliability.soak import SoakConfig, run_soak
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--devices", type=int, default=1024)
-    p.add_argument("--shifts", type=int, default=10_000, help="shift plans before draining")
-    p.add_argument("--kill_rate", type=float, default=0.2, help="replica kills per tick")
+    p.add_argument("--devices", type=int, default=SoakConfig.devices)
+    p.add_argument("--shifts", type=int, default=SoakConfig.target_shifts,
+                   help="shift plans before draining")
+    p.add_argument("--kill_rate", type=float, default=SoakConfig.kill_rate,
+                   help="replica kills per tick")
     p.add_argument("--shift_fail_rate", type=float, default=SoakConfig.shift_fail_rate,
                    help="probability that an inference shift up fails midway")
     p.add_argument("--full_check_every", type=int, default=SoakConfig.full_check_every,
                    help="events between full checks (the incremental check runs at every "
                         "event)")
-    p.add_argument("--max_wall_s", type=float, default=3600.0,
+    p.add_argument("--max_wall_s", type=float, default=SoakConfig.max_wall_s,
                    help="wall-clock bound; a soak past it stops and fails")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=SoakConfig.seed)
     p.add_argument("--out", default="results/reliability/soak.json")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     # Injected faults log errors; they are counted below.
     logging.getLogger("pivot").setLevel(logging.CRITICAL)
     os.chdir(ROOT)
-    cfg = SoakConfig(devices=a.devices, target_shifts=a.shifts, kill_rate=a.kill_rate,
-                     shift_fail_rate=a.shift_fail_rate, full_check_every=a.full_check_every,
-                     max_wall_s=a.max_wall_s, seed=a.seed)
+    try:
+        cfg = SoakConfig(devices=a.devices, target_shifts=a.shifts, kill_rate=a.kill_rate,
+                         shift_fail_rate=a.shift_fail_rate,
+                         full_check_every=a.full_check_every, max_wall_s=a.max_wall_s,
+                         seed=a.seed)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     try:
         rep = run_soak(cfg)
     except InvariantError as e:

@@ -16,7 +16,9 @@ import itertools
 import json
 import sys
 
+from pivot.config.validation import default_of
 from pivot.paths import REPO_ROOT as ROOT
+from pivot.planner import PivotPlanner
 
 GRID = {"group": ["qwen7b_30b"],
         "strategy": ["full", "vanilla", "throughput_model", "static", "rule_based"],
@@ -57,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--one", action="store_true", help="run one point (wandb agent)")
     ap.add_argument("--group", default=GRID["group"][0])
     ap.add_argument("--strategy", default="full")
-    ap.add_argument("--H", type=float, default=60.0)
+    ap.add_argument("--H", type=float, default=default_of(PivotPlanner, "H"))
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--workers", type=int, default=2)

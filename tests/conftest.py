@@ -41,9 +41,13 @@ def stack():
     """One ``LocalStack`` (GPS, 4 device slots, one vLLM engine and one trainer context
     each) for the whole session: engines start once (about 50-80 s on 2 cores); each run
     resets the slots to idle and GPS to the initial weights, never restarting an engine."""
+    from pivot.config.validation import default_of
+    from pivot.local.driver import LocalDriver
     from pivot.local.group import LocalGroup
     from pivot.local.stack import LocalStack
 
-    s = LocalStack(LocalGroup(**GROUP)).start()
+    # the settings a LocalDriver built without them uses, so every test's driver fits it
+    s = LocalStack(LocalGroup(**GROUP), *(default_of(LocalDriver, k)
+                                          for k in ("seed", "lr", "cpu_share"))).start()
     yield s
     s.close()

@@ -22,12 +22,13 @@ ROOT = Path("/sys/fs/cgroup/cpu")
 @dataclass
 class SlotCpuShares:
     """Attributes:
-        share: fraction of one core per slot (0.5 = 50%); None or <= 0 disables.
+        share: fraction of one core per slot (0.5 = 50%); None or <= 0 disables (no
+            default: ``LocalDriver.cpu_share``'s, or a launcher's flag).
         name: prefix of the cgroup folders.
         period_us: CFS period.
     """
 
-    share: float | None = 0.5
+    share: float | None
     name: str = "pivot"
     period_us: int = 100_000
     groups: dict[int, Path] = field(default_factory=dict)

@@ -82,7 +82,8 @@ class SlotTrainerContext:
         model_dir: the policy's HF folder (architecture; weights come from GPS).
         lr: AdamW learning rate.
         max_seq_len: trainer RoPE length.
-        seed: trainer seed.
+        seed: trainer seed (``lr``, ``max_seq_len`` and ``seed`` are the ``LocalStack``'s,
+            passed through: no defaults here).
         warmup_rows / warmup_len: shape of the throwaway GRPO step run at build time (0
             rows: none). A slot's first step otherwise cost 2.5-3x the CPU of later ones
             (1.4-1.7 s against 0.55 s in `local_experiments.py throughput`), paid by
@@ -90,9 +91,9 @@ class SlotTrainerContext:
     """
 
     model_dir: str
-    lr: float = 1e-5
-    max_seq_len: int = 512
-    seed: int = 0
+    lr: float
+    max_seq_len: int
+    seed: int
     warmup_rows: int = 128
     warmup_len: int = 96
     timings: dict[str, float] = field(default_factory=dict)
@@ -206,7 +207,7 @@ class GeneratorFactory:
     role: Role
     cfg: EngineConfig
     source: Any
-    cores: int = 2
+    cores: int
 
     def __call__(self) -> SlotGeneratorContext:
         import dataclasses

@@ -35,7 +35,7 @@ class LocalControl:
     """
 
     def __init__(self, ctl, fleet, planner, shapes: dict[Role, RoleShape], train_needed: int,
-                 tau_train: float, release_idle_training: bool = False, clock=time.monotonic):
+                 tau_train: float, release_idle_training: bool, clock=time.monotonic):
         self.ctl, self.fleet, self.planner = ctl, fleet, planner
         self.shapes, self.train_needed, self.tau_train = shapes, train_needed, tau_train
         self.release_idle_training = release_idle_training

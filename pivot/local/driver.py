@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,9 +24,12 @@ from typing import Any
 import gin
 
 from pivot.compat.monarch import quiet_future_telemetry
+from pivot.config.validation import (check, check_bool, check_range, check_text,
+                                     default_of)
 from pivot.errors import ConfigError
 from pivot.local.closers import run_closers
 from pivot.local.group import LocalGroup
+from pivot.local.stack import LocalStack
 from pivot.planner.monitor import RoleShape
 from pivot.planner.plan import ShiftDown, ShiftPlan
 from pivot.rl import checkpoint
@@ -125,11 +129,37 @@ class LocalDriver:
                  steps: int = 4, seed: int = 0,
                  throughput: tuple[float, float, float, float] = (2e-6, 0.012, 6e-4, 0.002),
                  tau_inference: float = 0.5, tau_training: float = 1.0,
-                 cpu_share: float = 0.5, lr: float = 1e-5, eval_every: int = 0,
+                 cpu_share: float = 0.5, lr: float = 3e-4, eval_every: int = 0,
                  resume: bool = False, run_dir: str | None = None, stack=None,
                  observer: Any = None):
-        if steps < 1:
-            raise ConfigError(f"LocalDriver.steps must be >= 1, got {steps}")
+        cores = os.cpu_count() or 1
+        for k, v, cls in (("group", group, LocalGroup), ("deployment", deployment, Deployment),
+                          ("stream", stream, PromptStream), ("loop", loop, LoopConfig)):
+            check(isinstance(v, cls), f"LocalDriver.{k}", v,
+                  f"must be a {cls.__name__} (LocalDriver.{k} = @{cls.__name__}())")
+        check_range("LocalDriver.steps", steps, 1, integer=True)
+        check_range("LocalDriver.seed", seed, 0, integer=True)
+        check(isinstance(throughput, (tuple, list)) and len(throughput) == 4,
+              "LocalDriver.throughput", throughput, "must be (A, B, C, D) in seconds")
+        for k, v in zip("ABCD", throughput):
+            check_range(f"LocalDriver.throughput ({k})", v, 0, why="seconds, sec. 6.1")
+        check_range("LocalDriver.tau_inference", tau_inference, 0, why="seconds")
+        check_range("LocalDriver.tau_training", tau_training, 0, why="seconds")
+        check_range("LocalDriver.cpu_share", cpu_share, 0, cores,
+                    why=f"fraction of one core per slot; 0: no cap; {cores} cores here")
+        check(cpu_share * group.devices <= cores, "LocalDriver.cpu_share", cpu_share,
+              f"{group.devices} slots (LocalGroup.devices) x {cpu_share} cores = "
+              f"{cpu_share * group.devices:g} cores exceeds this machine's {cores}; at most "
+              f"{cores / group.devices:g}")
+        check_range("LocalDriver.lr", lr, 0, 1, open_lo=True, why="AdamW learning rate")
+        check_range("LocalDriver.eval_every", eval_every, -1, integer=True,
+                    why="steps between validations; 0: after the last step; -1: never")
+        check_bool("LocalDriver.resume", resume)
+        check_text("LocalDriver.run_dir", run_dir, optional=True)
+        check(observer is None or all(hasattr(observer, m) for m in ("attach", "finish",
+                                                                       "report")),
+              "LocalDriver.observer", observer, "must be None or have attach / finish / "
+              "report (e.g. @LocalChecker())")
         group.check()
         self.group, self.dep, self.stream, self.loop_cfg = group, deployment, stream, loop
         self.steps, self.seed, self.lr = steps, seed, lr
@@ -140,25 +170,33 @@ class LocalDriver:
         self.stack, self._own_stack = stack, False
         self.observer = observer
         self.train_needed = 1   # one single-process trainer (no DP across slots here)
-        if deployment.training_devices not in (0, -1, 1):
-            raise ConfigError(f"Deployment.training_devices={deployment.training_devices}: "
-                              f"the local driver trains on 1 slot")
+        check(deployment.training_devices in (0, -1, 1), "Deployment.training_devices",
+              deployment.training_devices, "the local driver trains on 1 slot: 0, 1 or -1")
         ro, rm = deployment.rollout_devices, deployment.reward_devices
         pool = group.devices - (1 if deployment.training_home else 0)
         ro = pool - rm if ro == -1 else ro
-        if ro < 0 or rm < 0 or ro + rm > pool:
-            raise ConfigError(f"Deployment {deployment.name}: rollout_devices={ro}, "
-                              f"reward_devices={rm} and training do not fit "
-                              f"LocalGroup.devices={group.devices}")
+        check(0 <= ro and 0 <= rm and ro + rm <= pool,
+              f"Deployment {deployment.name!r}: rollout_devices, reward_devices", (ro, rm),
+              f"together at most {pool} (LocalGroup.devices={group.devices}"
+              f"{' less 1 training slot' if deployment.training_home else ''})")
         self.split = (ro, rm)
+        # built here, not at run time: its checks (and those against this group's slots)
+        # fail before any engine starts
+        self.planner = deployment.planner(self.tm, self.tm)
+        if hasattr(self.planner, "check_fits"):
+            self.planner.check_fits(group.devices, {r: pool for r in INFERENCE_ROLES},
+                                    f"{pool} slots of LocalGroup.devices={group.devices}")
+        check_range("LocalGroup.max_response_tokens + max_judge_tokens",
+                    group.max_response_tokens + group.max_judge_tokens, 2,
+                    default_of(LocalStack, "max_model_len") - 1, integer=True,
+                    why="a judgement's prompt holds the response: both fit the engines' "
+                        "max_model_len with room for the prompt")
         self._closers: list = []
         self.ctl = None
 
     # ------------------------------------------------------------------ building
     def _start(self) -> None:
         """Starts this run's own stack, or resets the shared one (no engine restarts)."""
-        from pivot.local.stack import LocalStack
-
         if self.stack is None:
             self.stack = LocalStack(self.group, self.seed, self.lr, self.cpu_share).start()
             self._own_stack = True
@@ -198,7 +236,7 @@ class LocalDriver:
         self.fleet = Fleet(self.ctl, self.schedulers, decode, encode, ro_spec, rm_spec, self.seed)
         shapes = {r: RoleShape(1, self.kv_capacity, g.devices, self.tau_inference)
                   for r in INFERENCE_ROLES}
-        planner = d.planner(self.tm, self.tm)
+        planner = self.planner
         self.control = LocalControl(self.ctl, self.fleet, planner, shapes, self.train_needed,
                                     self.tau_training, d.release_idle_training)
         self.trainer = LocalTrainer(self.ctl, self.fleet, self.control, self.source,

@@ -86,7 +86,7 @@ class Fleet:
 
     def __init__(self, ctl: Any, schedulers: Mapping[Role, ShiftAwareScheduler], decode,
                  encode, rollout_spec: SampleSpec, judge_spec: SampleSpec,
-                 sample_seed: int = 0):
+                 sample_seed: int):
         self.ctl, self.schedulers = ctl, schedulers
         self.decode, self.encode = decode, encode
         self.specs = {POLICY: rollout_spec, GENRM: judge_spec}

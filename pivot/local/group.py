@@ -13,10 +13,11 @@ from pathlib import Path
 
 import gin
 
+from pivot.config.validation import check_bool, check_range, check_text, default_of
 from pivot.errors import ConfigError
 from pivot.models import ensure_models
 from pivot.models import paths as model_paths
-from pivot.roles.engine.config import check_model_dir
+from pivot.roles.engine.config import EngineConfig, check_model_dir
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +56,31 @@ class LocalGroup:
     gb_per_slot: float = 2.5
     memory_budget_gb: float = 12.0
 
+    def __post_init__(self) -> None:
+        self.check()
+
     def check(self) -> None:
+        """Every field, then the slots against this machine (run again by the stack)."""
         cores = os.cpu_count() or 1
-        if self.devices < 2:
-            raise ConfigError(f"LocalGroup.devices={self.devices}: the local driver needs at "
-                              f">= 2 device slots (rollout/reward and training)")
+        for k in ("name", "policy_dir", "genrm_dir"):
+            check_text(f"LocalGroup.{k}", getattr(self, k))
+        for k in ("random_if_missing", "ignore_eos"):
+            check_bool(f"LocalGroup.{k}", getattr(self, k))
+        check_range("LocalGroup.devices", self.devices, 2, integer=True,
+                    why="the local driver needs >= 2 device slots (rollout/reward and "
+                        "training)")
+        check_range("LocalGroup.n", self.n, 2, integer=True,
+                    why="GRPO needs >= 2 responses per prompt")
+        for k in ("max_response_tokens", "max_judge_tokens"):
+            check_range(f"LocalGroup.{k}", getattr(self, k), 1, integer=True, why="tokens")
+        check_range("LocalGroup.temperature", self.temperature, 0, why="0 is greedy")
+        block = default_of(EngineConfig, "block_size")
+        longest = default_of(EngineConfig, "max_model_len")
+        check_range("LocalGroup.num_blocks", self.num_blocks, -(-longest // block),
+                    integer=True, why=f"KV blocks of {block} tokens: at least one sequence "
+                                      f"of max_model_len={longest}")
+        for k in ("gb_per_slot", "memory_budget_gb"):
+            check_range(f"LocalGroup.{k}", getattr(self, k), 0, open_lo=True, why="GB")
         if self.devices > 4 * cores:
             raise ConfigError(f"LocalGroup.devices={self.devices} does not fit this machine's "
                               f"{cores} cores (at most {4 * cores} slots); lower it")
@@ -68,8 +89,6 @@ class LocalGroup:
             raise ConfigError(f"LocalGroup.devices={self.devices} slots x {self.gb_per_slot} GB"
                               f" = {need:.1f} GB exceeds LocalGroup.memory_budget_gb="
                               f"{self.memory_budget_gb}; lower devices")
-        if self.n < 2:
-            raise ConfigError(f"LocalGroup.n={self.n}: GRPO needs >= 2 responses per prompt")
 
     def model_dirs(self) -> tuple[str, str]:
         """The two model folders, checked (or written at random when allowed)."""

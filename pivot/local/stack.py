@@ -8,7 +8,7 @@ and shared by every run that fits it (tests, the four-deployment throughput meas
 GenRM is frozen), so the next run, whatever its deployment, starts from the same state without
 restarting an engine (sec. 5.2: the engine definition is preserved context).
 
-    stack = LocalStack(LocalGroup(), seed=0)
+    stack = LocalStack(group, seed, lr, cpu_share)     # a LocalDriver's settings
     stack.start()
     LocalDriver(group, deployment, stack=stack).run(); stack.reset(); ...
     stack.close()
@@ -24,9 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pivot.config.validation import default_of
 from pivot.errors import ConfigError
 from pivot.local.closers import run_closers
 from pivot.local.group import LocalGroup
+from pivot.roles.engine.config import EngineConfig
 from pivot.types import GENRM, INFERENCE_ROLES, POLICY, Role
 
 log = logging.getLogger(__name__)
@@ -40,13 +42,18 @@ class LocalStack:
         lr: the trainer's AdamW learning rate.
         cpu_share: fraction of one core per slot (cgroup v1 quota); 0 disables.
         max_model_len: engine context and trainer RoPE length, tokens.
+
+    ``seed``, ``lr`` and ``cpu_share`` have no default here: they are the
+    ``LocalDriver``'s (gin-bound) settings, passed through (``LocalDriver._start``; a
+    stack started ahead of its runs takes them from a probe driver or
+    ``default_of(LocalDriver, ...)``). ``max_model_len`` is ``EngineConfig``'s.
     """
 
     group: LocalGroup
-    seed: int = 0
-    lr: float = 1e-5
-    cpu_share: float = 0.5
-    max_model_len: int = 512
+    seed: int
+    lr: float
+    cpu_share: float
+    max_model_len: int = default_of(EngineConfig, "max_model_len")
     startup_s: float = 0.0
     runs: int = 0
     _closers: list = field(default_factory=list)
@@ -79,7 +86,6 @@ class LocalStack:
         from pivot.gps.layout import ModelMeta, plan_storage
         from pivot.local.cgroups import SlotCpuShares
         from pivot.local.contexts import GeneratorFactory, SlotTrainerContext
-        from pivot.roles.engine.config import EngineConfig
         from pivot.runtime.gps_source import GPSParameterSource
         from pivot.runtime.mesh import MeshController
         from pivot.runtime.provision import allocate, spawn_host_service

@@ -16,11 +16,11 @@ class Validator:
     """Args:
         model_dir: the policy's HF folder (architecture and tokenizer).
         records: validation records (DAPO schema).
-        max_new_tokens: greedy generation cap.
+        max_new_tokens: greedy generation cap (the group's ``max_response_tokens``).
         batch_size: prompts per generate call.
     """
 
-    def __init__(self, model_dir: str, records: list[dict[str, Any]], max_new_tokens: int = 48,
+    def __init__(self, model_dir: str, records: list[dict[str, Any]], max_new_tokens: int,
                  batch_size: int = 32):
         from transformers import AutoTokenizer, Qwen3ForCausalLM
 

@@ -29,6 +29,12 @@ class Planner(abc.ABC):
     @abc.abstractmethod
     def _plan(self, snap: WorkloadSnapshot) -> ShiftPlan | None: ...
 
+    def check_fits(self, devices: int, max_replicas: dict[Role, int], where: str) -> None:
+        """Raises ConfigError when the planner's settings cannot fit the cluster the driver
+        builds (``devices`` in all, at most ``max_replicas[role]`` replicas per inference
+        role; ``where`` names the group binding). Drivers call it before any engine
+        starts; the default checks nothing."""
+
     def training_up(self, snap: WorkloadSnapshot) -> ShiftPlan | None:
         """Training's shift up when its batch is ready: the cheapest donors that free its
         devices (idle devices first, then replicas by penalty per device)."""

@@ -12,7 +12,7 @@ import time
 
 import gin
 
-from pivot.errors import StateError
+from pivot.config.validation import check_bool, check_range
 from pivot.planner.base import Planner
 from pivot.planner.candidates import construct_candidates
 from pivot.planner.evaluate import IncrementalShiftDown, IncrementalShiftUp, overall_throughput
@@ -40,14 +40,19 @@ class PivotPlanner(Planner):
     def __init__(self, rollout_model: ThroughputModel, reward_model: ThroughputModel,
                  H: float = 60.0, migrate: bool = True, min_replicas: int = 0) -> None:
         super().__init__(rollout_model, reward_model)
-        if not H > 0:
-            raise StateError(f"H must be > 0 seconds, got {H}")
-        if min_replicas < 0:
-            raise StateError(f"min_replicas must be >= 0, got {min_replicas}")
+        check_range("PivotPlanner.H", H, 0, open_lo=True, why="seconds a shift's gain lasts")
+        check_bool("PivotPlanner.migrate", migrate)
+        check_range("PivotPlanner.min_replicas", min_replicas, 0, integer=True)
         self.H = H
         self.migrate = migrate
         self.min_replicas = min_replicas
         self.last_timings: dict[str, float] = {}
+
+    def check_fits(self, devices: int, max_replicas: dict[Role, int], where: str) -> None:
+        most = max(max_replicas.values())
+        check_range("PivotPlanner.min_replicas", self.min_replicas, 0, most - 1, integer=True,
+                    why=f"a donating role keeps this many and gives one more; a role holds "
+                        f"at most {most} replicas ({where})")
 
     def _plan(self, snap: WorkloadSnapshot) -> ShiftPlan | None:
         t0 = time.perf_counter()
@@ -136,19 +141,20 @@ def _keep_replicas(pairs: list[ShiftPair], role: Role, spare: int) -> list[Shift
 
 @gin.configurable
 class ThroughputModelPlanner(PivotPlanner):
-    """Ablation "vanilla + throughput model" (sec. 8.4): no shift-up migration."""
+    """Ablation "vanilla + throughput model" (sec. 8.4): no shift-up migration. ``H`` and
+    ``min_replicas`` are ``PivotPlanner``'s (its defaults and its gin bindings, e.g.
+    ``PivotPlanner.H = 120.0``)."""
 
-    def __init__(self, rollout_model: ThroughputModel, reward_model: ThroughputModel,
-                 H: float = 60.0) -> None:
-        super().__init__(rollout_model, reward_model, H=H, migrate=False)
+    def __init__(self, rollout_model: ThroughputModel, reward_model: ThroughputModel) -> None:
+        super().__init__(rollout_model, reward_model, migrate=False)
 
 
 @gin.configurable
 class VanillaPlanner(PivotPlanner):
     """Ablation "vanilla" (sec. 8.4): replica throughput is 0 or 1 (busy or not) and no
-    migration; only the runtime and the planner's procedure remain."""
+    migration; only the runtime and the planner's procedure remain. ``H`` and
+    ``min_replicas`` are ``PivotPlanner``'s, as for ``ThroughputModelPlanner``."""
 
     def __init__(self, rollout_model: ThroughputModel | None = None,
-                 reward_model: ThroughputModel | None = None, H: float = 60.0) -> None:
-        super().__init__(BinaryThroughputModel(), BinaryThroughputModel(), H=H,
-                         migrate=False)
+                 reward_model: ThroughputModel | None = None) -> None:
+        super().__init__(BinaryThroughputModel(), BinaryThroughputModel(), migrate=False)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import gin
 
-from pivot.errors import StateError
+from pivot.config.validation import check, check_range
 from pivot.planner.base import Planner
 from pivot.planner.plan import ShiftDown, ShiftPlan
 from pivot.planner.shift_pairs import _host_groups, devices_per_host
@@ -42,7 +42,15 @@ class StaticPlanner(Planner):
     def __init__(self, rollout_model: ThroughputModel, reward_model: ThroughputModel,
                  home_devices: tuple[int, ...] = ()) -> None:
         super().__init__(rollout_model, reward_model)
+        check(isinstance(home_devices, (tuple, list)) and all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in home_devices)
+              and len(set(home_devices)) == len(home_devices), "StaticPlanner.home_devices",
+              home_devices, "must be distinct device indices >= 0 (() : training's own)")
         self.home = tuple(home_devices)
+
+    def check_fits(self, devices: int, max_replicas: dict[Role, int], where: str) -> None:
+        check(all(d < devices for d in self.home), "StaticPlanner.home_devices", self.home,
+              f"device indices must be < {devices} ({where})")
 
     def _plan(self, snap: WorkloadSnapshot) -> ShiftPlan | None:
         home = set(self.home or snap.training.devices)
@@ -99,9 +107,10 @@ class RuleBasedPlanner(Planner):
     def __init__(self, rollout_model: ThroughputModel, reward_model: ThroughputModel,
                  up: float = 0.8, down: float = 0.1) -> None:
         super().__init__(rollout_model, reward_model)
-        if not 0 <= down < up:
-            raise StateError(f"rule-based thresholds need 0 <= down < up, got down={down} "
-                             f"up={up}")
+        check_range("RuleBasedPlanner.up", up, 0, open_lo=True, why="KV utilisation")
+        check_range("RuleBasedPlanner.down", down, 0, why="KV utilisation")
+        check(down < up, "RuleBasedPlanner.down", down,
+              f"must be below RuleBasedPlanner.up={up} (0 <= down < up)")
         self.up, self.down = up, down
 
     def _plan(self, snap: WorkloadSnapshot) -> ShiftPlan | None:

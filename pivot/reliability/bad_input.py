@@ -14,6 +14,7 @@ reports how it ended:
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -62,11 +63,27 @@ def run_case(case: Case) -> Outcome:
 
 # ---------------------------------------------------------------- gin and resources
 def _sim(*params: str, files: tuple[str, ...] = ("gin/qwen7b_30b.gin",)) -> Callable:
+    """Parses and builds the driver the files name (constructors only: the local
+    driver's validation must fail before its ``run`` would start any engine)."""
     def run() -> None:
         from pivot.config import gin_setup
         gin_setup.parse(list(files), list(params))
         gin_setup.build()
     return run
+
+
+def _local(*params: str, files: tuple[str, ...] = ()) -> Callable:
+    return _sim(*params, files=("gin/tiny_cpu.gin",) + files)
+
+
+def _soak(**kw) -> Callable:
+    def run() -> None:
+        from pivot.reliability.soak import SoakConfig
+        SoakConfig(**kw)
+    return run
+
+
+_CORES = os.cpu_count() or 1
 
 
 # ---------------------------------------------------------------- model files
@@ -176,6 +193,78 @@ CASES: tuple[Case, ...] = (
          _sim("genrm/ModelProfile.devices = 3"), CLEAR),
     Case("resources: negative staleness", "resources", _sim("Deployment.staleness = -1"),
          CLEAR),
+    Case("gin: run.driver not a driver", "gin", _sim("run.driver = 3"), CLEAR),
+    # every configurable's fields (pivot.config.validation), one case per kind of check
+    Case("sim: GRPO group of 0 (ModelGroup.n)", "sim", _sim("ModelGroup.n = 0"), CLEAR),
+    Case("sim: no prompts per step", "sim", _sim("ModelGroup.prompts_per_step = 0"), CLEAR),
+    Case("sim: hosts of 0 devices", "sim", _sim("ModelGroup.devices_per_host = 0"), CLEAR),
+    Case("sim: planner period of 0 s", "sim", _sim("SimDriver.tick_s = 0"), CLEAR),
+    Case("sim: KV reserve above a replica's capacity", "sim",
+         _sim("SimDriver.kv_reserve = 1000000000"), CLEAR),
+    Case("sim: stall detection off (0 ticks)", "sim", _sim("SimDriver.stall_ticks = 0"),
+         CLEAR),
+    Case("planner: H of 0 s", "planner", _sim("PivotPlanner.H = 0.0"), CLEAR),
+    Case("planner: infinite H", "planner", _sim("PivotPlanner.H = 1e999"), CLEAR),
+    Case("planner: min_replicas above a role's replicas (sim)", "planner",
+         _sim("PivotPlanner.min_replicas = 40"), CLEAR),
+    Case("planner: rule-based down above up", "planner",
+         _sim("RuleBasedPlanner.down = 0.9",
+              files=("gin/qwen7b_30b.gin", "gin/strategies/rule_based.gin")), CLEAR),
+    Case("resources: reward split below one GenRM replica", "resources",
+         _sim("Deployment.reward_devices = 2"), CLEAR),
+    Case("resources: training devices above the cluster", "resources",
+         _sim("Deployment.training_devices = 64"), CLEAR),
+    Case("sim: prefill MFU above 1", "sim", _sim("policy/ModelProfile.prefill_mfu = 1.5"),
+         CLEAR),
+    Case("sim: active parameters above the total", "sim",
+         _sim("genrm/ModelProfile.active_params_b = 100.0"), CLEAR),
+    Case("sim: calibration stand-in on 0 GPUs", "sim", _sim("policy/StandIn.num_gpus = 0"),
+         CLEAR),
+    Case("sim: Amdahl serial fraction of 1", "sim", _sim("TrainingProfile.update_serial = 1.0"),
+         CLEAR),
+    Case("sim: remote fraction above 1", "sim", _sim("ShiftCost.remote_fraction = 2.0"),
+         CLEAR),
+    Case("sim: negative RDMA bandwidth", "sim", _sim("ShiftCost.rdma_gbs = -50.0"), CLEAR),
+    Case("sim: response median above its cap", "sim",
+         _sim("LengthModel.response_median = 20000"), CLEAR),
+    Case("sim: a bool bound to a string", "sim", _sim("Deployment.training_home = 'no'"),
+         CLEAR),
+    Case("local: CPU share above the machine's cores", "local",
+         _local(f"LocalDriver.cpu_share = {_CORES + 1.0}"), CLEAR),
+    Case("local: slots x CPU share above the machine's cores", "local",
+         _local(f"LocalDriver.cpu_share = {float(_CORES)}"), CLEAR),
+    Case("local: negative learning rate", "local", _local("LocalDriver.lr = -1.0"), CLEAR),
+    Case("local: no RL steps", "local", _local("LocalDriver.steps = 0"), CLEAR),
+    Case("local: negative throughput constant", "local",
+         _local("LocalDriver.throughput = (-1e-6, 0.01, 4e-4, 0.0)"), CLEAR),
+    Case("local: validation period below -1", "local", _local("LocalDriver.eval_every = -2"),
+         CLEAR),
+    Case("local: min_replicas above the slots", "local",
+         _local("PivotPlanner.min_replicas = 9"), CLEAR),
+    Case("local: training on 2 slots", "local", _local("Deployment.training_devices = 2"),
+         CLEAR),
+    Case("local: split larger than the slots", "local",
+         _local("Deployment.rollout_devices = 4"), CLEAR),
+    Case("local: GRPO group of 1 (LocalGroup.n)", "local", _local("LocalGroup.n = 1"), CLEAR),
+    Case("local: KV blocks below one sequence", "local", _local("LocalGroup.num_blocks = 4"),
+         CLEAR),
+    Case("local: negative temperature", "local", _local("LocalGroup.temperature = -0.5"),
+         CLEAR),
+    Case("local: responses longer than the engines' context", "local",
+         _local("LocalGroup.max_response_tokens = 500"), CLEAR),
+    Case("local: a float for an integer", "local", _local("LocalGroup.devices = 4.5"), CLEAR),
+    Case("local: prompt stream of 0 prompts", "local",
+         _local("PromptStream.prompts_per_step = 0"), CLEAR),
+    Case("local: loop tick of 0 s", "local", _local("LoopConfig.tick_s = 0.0"), CLEAR),
+    Case("local: static planner's home slot outside the group", "local",
+         _local("StaticPlanner.home_devices = (7,)", files=("gin/local/static.gin",)), CLEAR),
+    Case("local: forced-shift donate probability above 1", "local",
+         _local("forced_shift_planner.donate_p = 1.5", files=("gin/local/forced_shifts.gin",)),
+         CLEAR),
+    Case("local: checker period below 0", "local",
+         _local("LocalChecker.slot_every = -1", files=("gin/local/forced_shifts.gin",)),
+         CLEAR),
+    Case("soak: kill rate above 1 per tick", "soak", _soak(kill_rate=2.0), CLEAR),
     Case("model: truncated config.json (engine check)", "model",
          _model_dir("truncated_config"), CLEAR),
     Case("model: no safetensors", "model", _model_dir("no_weights"), CLEAR),

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import gin
 import numpy as np
 
+from pivot.config.validation import check_bool, check_range, default_of
 from pivot.planner.base import Planner
 from pivot.planner.plan import ShiftDown, ShiftPlan
 from pivot.planner.shift_pairs import _host_groups
@@ -43,15 +44,32 @@ class ForcedShiftPlanner(Planner):
             ``min_replicas`` and no device is idle), shift the other way instead, so that
             on a few devices nearly every tick shifts (the local driver's 4 slots); False
             keeps the draw (and the random stream) as it is.
+
+    The defaults (donate always, feasible draws only) make every tick shift on the local
+    driver's few slots; the soak passes its own (``donate_p=0.7, feasible_only=False``).
+    ``forced_shift_planner`` takes its defaults from here.
     """
+
+    binding = "ForcedShiftPlanner"
+    """How error messages name this planner's settings (the gin factory's name when it
+    built the planner)."""
 
     def __init__(self, rollout_model, reward_model, replica_devices: dict[Role, int],
                  devices_per_host: int | None, rng: np.random.Generator,
-                 min_replicas: int = 1, donate_p: float = 0.7, feasible_only: bool = False):
+                 min_replicas: int = 1, donate_p: float = 1.0, feasible_only: bool = True):
         super().__init__(rollout_model, reward_model)
         self.size, self.per_host = replica_devices, devices_per_host
         self.rng, self.min_replicas = rng, min_replicas
         self.donate_p, self.feasible_only = donate_p, feasible_only
+
+    def check_fits(self, devices: int, max_replicas: dict[Role, int], where: str) -> None:
+        for size in self.size.values():
+            check_range(f"{self.binding}.replica_devices", size, 1, devices, integer=True,
+                        why=f"a replica's devices; {where}")
+        most = max(max_replicas.values())
+        check_range(f"{self.binding}.min_replicas", self.min_replicas, 0, most - 1,
+                    integer=True, why=f"a donor keeps this many and gives one more; a role "
+                                      f"holds at most {most} replicas ({where})")
 
     def _plan(self, snap: WorkloadSnapshot) -> ShiftPlan | None:
         tr = snap.training
@@ -97,11 +115,16 @@ def _other(role: Role) -> Role:
     return Role.REWARD if role is Role.ROLLOUT else Role.ROLLOUT
 
 
+_FORCED = ForcedShiftPlanner
+
+
 @gin.configurable
 def forced_shift_planner(rollout_model, reward_model, seed: int = 0,
                          replica_devices: int = 1, devices_per_host: int | None = None,
-                         min_replicas: int = 1, donate_p: float = 1.0,
-                         feasible_only: bool = True) -> ForcedShiftPlanner:
+                         min_replicas: int = default_of(_FORCED, "min_replicas"),
+                         donate_p: float = default_of(_FORCED, "donate_p"),
+                         feasible_only: bool = default_of(_FORCED, "feasible_only")
+                         ) -> ForcedShiftPlanner:
     """A ``Deployment.planner`` factory (called as ``planner(rollout_model, reward_model)``)
     of random forced shifts for the local driver (reliability issue, item 4):
     ``Deployment.planner = @forced_shift_planner`` (``gin/local/forced_shifts.gin``).
@@ -112,13 +135,21 @@ def forced_shift_planner(rollout_model, reward_model, seed: int = 0,
         replica_devices: devices of one rollout and one reward replica (1: one slot).
         devices_per_host: host size; None: the device map's (every local slot).
         min_replicas: a donor role keeps at least this many replicas.
-        donate_p / feasible_only: see ``ForcedShiftPlanner``; the defaults make every tick
-            shift on the local driver's few slots (one replica flips role, at random).
+        donate_p / feasible_only: see ``ForcedShiftPlanner`` (its defaults, which make every
+            tick shift on the local driver's few slots: one replica flips role, at random).
     """
+    name = "forced_shift_planner"
+    check_range(f"{name}.seed", seed, 0, integer=True)
+    check_range(f"{name}.replica_devices", replica_devices, 1, integer=True)
+    check_range(f"{name}.devices_per_host", devices_per_host, 1, integer=True, optional=True)
+    check_range(f"{name}.min_replicas", min_replicas, 0, integer=True)
+    check_range(f"{name}.donate_p", donate_p, 0, 1, why="a probability")
+    check_bool(f"{name}.feasible_only", feasible_only)
     size = {Role.ROLLOUT: replica_devices, Role.REWARD: replica_devices}
-    return ForcedShiftPlanner(rollout_model, reward_model, size, devices_per_host,
-                              np.random.default_rng(seed), min_replicas, donate_p,
-                              feasible_only)
+    p = ForcedShiftPlanner(rollout_model, reward_model, size, devices_per_host,
+                           np.random.default_rng(seed), min_replicas, donate_p, feasible_only)
+    p.binding = name
+    return p
 
 
 @dataclass

@@ -45,6 +45,7 @@ from typing import Any
 
 import gin
 
+from pivot.config.validation import check_bool, check_range
 from pivot.reliability.invariants import (ControlState, InvariantError, PrefixLedger,
                                           check_state)
 from pivot.scheduler.actions import Abort
@@ -102,6 +103,10 @@ class LocalChecker:
     ledger: PrefixLedger = field(default_factory=PrefixLedger)
 
     def __post_init__(self) -> None:
+        check_range("LocalChecker.slot_every", self.slot_every, 0, integer=True,
+                    why="0: only at the end of the run")
+        check_bool("LocalChecker.strict", self.strict)
+        check_range("LocalChecker.max_kept", self.max_kept, 0, integer=True)
         self._ticks = 0
         self._in_tick = 0   # ticks in flight (a shift awaited)
         self._with_tokens: set[int] = set()   # aborted after >= 1 token: resumes to count

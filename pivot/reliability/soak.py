@@ -25,6 +25,7 @@ import gin
 import numpy as np
 
 from pivot.config import gin_setup
+from pivot.config.validation import check_range
 from pivot.reliability.injectors import FlakyBackend, ForcedShiftPlanner, ReplicaKiller
 from pivot.shifting.role_shift import SlotKind
 from pivot.shifting.shifter import ShiftError
@@ -57,7 +58,7 @@ class SoakConfig:
     target_shifts: int = 10_000
     seed: int = 0
     tick_s: float = 0.25
-    kill_rate: float = 0.05
+    kill_rate: float = 0.2
     down_s: float = 5.0
     prompts_per_step: int = 16
     n: int = 4
@@ -67,7 +68,19 @@ class SoakConfig:
     """Probability that an inference shift up fails midway (its devices become LOST)."""
     check_every: int = 1
     full_check_every: int = 1000
-    max_wall_s: float = 900.0
+    max_wall_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        for k in ("devices", "target_shifts", "prompts_per_step", "check_every",
+                  "full_check_every"):
+            check_range(f"SoakConfig.{k}", getattr(self, k), 1, integer=True)
+        check_range("SoakConfig.n", self.n, 2, integer=True, why="GRPO group")
+        check_range("SoakConfig.seed", self.seed, 0, integer=True)
+        for k in ("kill_rate", "shift_fail_rate"):
+            check_range(f"SoakConfig.{k}", getattr(self, k), 0, 1, why="per tick")
+        for k in ("tick_s", "max_wall_s", "response_median", "judge_median"):
+            check_range(f"SoakConfig.{k}", getattr(self, k), 0, open_lo=True)
+        check_range("SoakConfig.down_s", self.down_s, 0)
 
 
 @dataclass
@@ -123,7 +136,7 @@ def build_driver(cfg: SoakConfig):
     driver.planner = ForcedShiftPlanner(
         driver.models[Role.ROLLOUT], driver.models[Role.REWARD],
         {r: driver.shapes[r].replica_devices for r in INFERENCE_ROLES},
-        driver.group.devices_per_host, rng)
+        driver.group.devices_per_host, rng, donate_p=0.7, feasible_only=False)
     return driver
 
 

@@ -17,6 +17,7 @@ import gin
 from pivot.data.dataset import MathTaskConfig, training_records, validation_records
 from pivot.data.records import ground_truth, question_of_record, validate_record
 from pivot.data.template import render_prompt
+from pivot.config.validation import check_range, check_text
 from pivot.errors import ConfigError
 
 
@@ -36,9 +37,11 @@ class PromptStream:
     num_val: int = 64
 
     def __post_init__(self) -> None:
-        if self.prompts_per_step <= 0:
-            raise ConfigError(f"PromptStream.prompts_per_step must be > 0, got "
-                              f"{self.prompts_per_step}")
+        check_range("PromptStream.prompts_per_step", self.prompts_per_step, 1, integer=True)
+        check_range("PromptStream.seed", self.seed, 0, integer=True)
+        check_range("PromptStream.num_val", self.num_val, 1, integer=True,
+                    why="validation problems for accuracy@1")
+        check_text("PromptStream.parquet", self.parquet, optional=True)
         if self.parquet is not None:
             object.__setattr__(self, "_rows", _load_parquet(self.parquet))
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import gin
 
+from pivot.config.validation import check_range
 from pivot.errors import StateError
 from pivot.rl import checkpoint
 from pivot.rl.clock import WallClock
@@ -57,6 +58,13 @@ class LoopConfig:
     checkpoint_every: int = 1
     stop_after: int | None = None
     timeout_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        for k in ("poll_s", "tick_s", "timeout_s"):
+            check_range(f"LoopConfig.{k}", getattr(self, k), 0, open_lo=True, why="seconds")
+        check_range("LoopConfig.checkpoint_every", self.checkpoint_every, 0, integer=True,
+                    why="0: no checkpoints")
+        check_range("LoopConfig.stop_after", self.stop_after, 1, integer=True, optional=True)
 
 
 @dataclass

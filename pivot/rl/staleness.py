@@ -17,10 +17,11 @@ from pivot.errors import ConfigError, StateError
 @dataclass(frozen=True, slots=True)
 class StalenessBound:
     """Attributes:
-        staleness: max version lag; 0 is synchronous (colocated).
+        staleness: max version lag; 0 is synchronous (colocated). No default: the
+            deployment's (``Deployment.staleness``).
     """
 
-    staleness: int = 2
+    staleness: int
 
     def __post_init__(self) -> None:
         if self.staleness < 0:

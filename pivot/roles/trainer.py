@@ -56,7 +56,8 @@ class Trainer:
 
     @dataclass(kw_only=True, slots=True)
     class Optimizer:
-        lr: float = 1e-6
+        lr: float
+        """No default: the caller's (``LocalDriver.lr`` in a run, passed through)."""
         betas: tuple[float, float] = (0.9, 0.999)
         eps: float = 1e-8
         weight_decay: float = 0.01
@@ -71,7 +72,7 @@ class Trainer:
         """RoPE cache length; batches longer than this are rejected."""
         seed: int = 0
         """Seed of the random initial weights (normally overwritten by a GPS Read)."""
-        optimizer: "Trainer.Optimizer" = field(default_factory=lambda: Trainer.Optimizer())
+        optimizer: "Trainer.Optimizer"
         loss: GRPOLoss.Config = field(default_factory=GRPOLoss.Config)
         fsdp: bool = True
         """Shard with FSDP2 when a process group of more than one rank is initialised."""

@@ -27,6 +27,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from pivot.config.validation import check, check_range
 from pivot.errors import ConfigError
 from pivot.paths import CALIBRATION_DIR
 from pivot.scheduler.throughput import (FitReport, LatencySample, ThroughputModel,
@@ -57,6 +58,18 @@ class StandIn:
     kv_ratio: float = 1.0
     weight_ratio: float = 1.0
     active_ratio: float = 1.0
+
+    def __post_init__(self) -> None:
+        check(isinstance(self.model_ids, tuple) and bool(self.model_ids) and all(
+            isinstance(m, str) and m for m in self.model_ids), "StandIn.model_ids",
+              self.model_ids, "must be a non-empty tuple of model ids of "
+              "third_party/calibration/mlenergy_*.json")
+        check_range("StandIn.num_gpus", self.num_gpus, 1, integer=True)
+        check_range("StandIn.weight_bytes_per_gpu", self.weight_bytes_per_gpu, 0,
+                    open_lo=True, why="bytes")
+        for k in ("kv_ratio", "weight_ratio", "active_ratio"):
+            check_range(f"StandIn.{k}", getattr(self, k), 0, open_lo=True,
+                        why="simulated / stand-in, per device")
 
 
 def load_samples(model_ids: tuple[str, ...], num_gpus: int, root: Path = CALIBRATION_DIR,

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import gin
 
+from pivot.config.validation import check, check_bool, check_range, check_text
 from pivot.errors import ConfigError
 from pivot.sim.lengths import LengthModel
 from pivot.sim.profile import ModelProfile, ShiftCost, TrainingProfile
@@ -36,9 +37,27 @@ class ModelGroup:
 
     def __post_init__(self) -> None:
         where = f"ModelGroup {self.name!r}"
-        if self.devices <= 0 or self.devices % self.devices_per_host and self.devices > 8:
-            raise ConfigError(f"{where}: ModelGroup.devices={self.devices} must be a positive "
-                              f"multiple of {self.devices_per_host} devices per host")
+        check_text("ModelGroup.name", self.name)
+        check_range("ModelGroup.devices_per_host", self.devices_per_host, 1, integer=True)
+        check_range("ModelGroup.devices", self.devices, 1, integer=True)
+        check(self.devices <= self.devices_per_host or
+              self.devices % self.devices_per_host == 0, "ModelGroup.devices", self.devices,
+              f"must be a multiple of ModelGroup.devices_per_host={self.devices_per_host} "
+              f"(or at most one host)")
+        check_range("ModelGroup.prompts_per_step", self.prompts_per_step, 1, integer=True)
+        check_range("ModelGroup.n", self.n, 2, integer=True,
+                    why="GRPO responses per prompt: a group needs 2")
+        for k, cls in (("policy", ModelProfile), ("genrm", ModelProfile),
+                       ("training", TrainingProfile), ("lengths", LengthModel),
+                       ("shift_cost", ShiftCost)):
+            v = getattr(self, k)
+            check(isinstance(v, cls) or (k == "genrm" and v is None), f"ModelGroup.{k}", v,
+                  f"must be a {cls.__name__}" + (" or None" if k == "genrm" else "") +
+                  f" (e.g. ModelGroup.{k} = @{cls.__name__}())")
+        # the cluster's host size is the group's: its shift costs use the same one
+        if self.shift_cost.devices_per_host != self.devices_per_host:
+            object.__setattr__(self, "shift_cost",
+                               self.shift_cost.on_hosts(self.devices_per_host))
         for m in (self.policy, self.genrm):
             if m is not None and self.devices % m.devices:
                 raise ConfigError(f"{where}: {m.name} needs {m.devices} devices per replica "
@@ -88,5 +107,15 @@ class Deployment:
     release_idle_training: bool = False
 
     def __post_init__(self) -> None:
-        if self.staleness < 0:
-            raise ConfigError(f"Deployment.staleness must be >= 0, got {self.staleness}")
+        check_text("Deployment.name", self.name)
+        check(callable(self.planner), "Deployment.planner", self.planner,
+              "must be a planner class or factory, e.g. @PivotPlanner")
+        check_range("Deployment.staleness", self.staleness, 0, integer=True)
+        check_range("Deployment.rollout_devices", self.rollout_devices, -1, integer=True,
+                    why="-1: every device not held by training or reward")
+        check_range("Deployment.reward_devices", self.reward_devices, 0, integer=True)
+        check_range("Deployment.training_devices", self.training_devices, -1, integer=True,
+                    why="-1: the whole cluster; 0: the group's")
+        for k in ("training_home", "binary_scheduler", "migrate_on_shift_up",
+                  "release_idle_training"):
+            check_bool(f"Deployment.{k}", getattr(self, k))

@@ -18,6 +18,7 @@ import time
 import gin
 import numpy as np
 
+from pivot.config.validation import check, check_range
 from pivot.errors import ConfigError
 from pivot.planner.monitor import RoleShape, snapshot
 from pivot.planner.plan import ShiftDown, ShiftPlan
@@ -53,9 +54,17 @@ class SimDriver:
     def __init__(self, group: ModelGroup = gin.REQUIRED, deployment: Deployment = gin.REQUIRED,
                  steps: int = 5, seed: int = 0, tick_s: float = 2.0, kv_reserve: int = 2048,
                  max_virtual_s: float = 1e6, stall_ticks: int = 10) -> None:
-        if steps < 2:
-            raise ConfigError(f"SimDriver.steps must be >= 2 (throughput is measured from "
-                              f"the end of step 1), got {steps}")
+        check_range("SimDriver.steps", steps, 2, integer=True,
+                    why="throughput is measured from the end of step 1")
+        check_range("SimDriver.seed", seed, 0, integer=True)
+        check_range("SimDriver.tick_s", tick_s, 0, open_lo=True, why="virtual seconds")
+        check_range("SimDriver.kv_reserve", kv_reserve, 0, integer=True, why="KV tokens")
+        check_range("SimDriver.max_virtual_s", max_virtual_s, 0, open_lo=True)
+        check_range("SimDriver.stall_ticks", stall_ticks, 1, integer=True)
+        check(isinstance(group, ModelGroup), "SimDriver.group", group,
+              "must be a ModelGroup (SimDriver.group = @ModelGroup())")
+        check(isinstance(deployment, Deployment), "SimDriver.deployment", deployment,
+              "must be a Deployment (SimDriver.deployment = @Deployment())")
         self.group, self.dep = group, deployment
         self.steps, self.seed, self.tick_s = steps, seed, tick_s
         self.max_virtual_s = max_virtual_s
@@ -65,7 +74,13 @@ class SimDriver:
         g, d = group, deployment
         self.train_needed = (g.devices if d.training_devices == -1 else
                              d.training_devices or g.training.devices)
+        check_range("Deployment.training_devices", d.training_devices, -1, g.devices,
+                    integer=True, why=f"-1: the whole cluster; 0: the group's; "
+                                      f"ModelGroup.devices={g.devices}")
         profiles = {Role.ROLLOUT: g.policy, Role.REWARD: g.genrm or g.policy}
+        smallest = min(p.kv_capacity() for p in profiles.values())
+        check_range("SimDriver.kv_reserve", kv_reserve, 0, smallest - 1, integer=True,
+                    why=f"a replica's KV capacity is {smallest} tokens")
         self.models = {r: profiles[r].decode_model() for r in INFERENCE_ROLES}
         sched_model = ({r: BinaryThroughputModel() for r in INFERENCE_ROLES}
                        if d.binary_scheduler else self.models)
@@ -83,6 +98,10 @@ class SimDriver:
         self.shifter = Shifter(self.device_map, self.cluster)
         self.executor = ShiftExecutor(self.shifter, self.schedulers, self.cluster)
         self.planner = d.planner(self.models[Role.ROLLOUT], self.models[Role.REWARD])
+        if hasattr(self.planner, "check_fits"):
+            self.planner.check_fits(g.devices, {r: g.devices // profiles[r].devices
+                                                for r in INFERENCE_ROLES},
+                                    f"ModelGroup.devices={g.devices}")
         if hasattr(self.planner, "bind"):
             self.planner.bind(self.workflow.oldest_rollout_done)
         self.shapes = {r: RoleShape(profiles[r].devices, profiles[r].kv_capacity(),
@@ -96,12 +115,17 @@ class SimDriver:
         g, d = self.group, self.dep
         pool = g.devices - (self.train_needed if d.training_home else 0)
         ro = pool - d.reward_devices if d.rollout_devices == -1 else d.rollout_devices
-        if ro < 0 or d.reward_devices < 0 or ro + d.reward_devices > pool:
-            raise ConfigError(
-                f"Deployment {d.name}: rollout_devices={d.rollout_devices}, reward_devices="
-                f"{d.reward_devices} and {self.train_needed if d.training_home else 0} "
-                f"training devices exceed the cluster's {g.devices}; fix "
-                f"Deployment.rollout_devices / reward_devices")
+        train = self.train_needed if d.training_home else 0
+        check(0 <= ro and ro + d.reward_devices <= pool,
+              f"Deployment {d.name!r}: Deployment.rollout_devices, reward_devices",
+              (d.rollout_devices, d.reward_devices),
+              f"together at most {pool} (ModelGroup.devices={g.devices} less {train} "
+              f"training devices)")
+        for role, n in zip(INFERENCE_ROLES, (ro, d.reward_devices)):
+            size = self.shapes[role].replica_devices
+            check(n == 0 or n >= size, f"Deployment.{role.value}_devices", n,
+                  f"must be 0 or at least one {role.value} replica ({size} devices, "
+                  f"ModelProfile.devices)")
         self.split = (ro, d.reward_devices)
 
     # --------------------------------------------------------------- provisioning

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import gin
 import numpy as np
 
-from pivot.errors import ConfigError
+from pivot.config.validation import check_range
 
 LAMINAR_SIGMA = float(np.log(10.0) / 2.3263)
 
@@ -37,10 +37,14 @@ class LengthModel:
     prompt_sigma: float = 0.5
 
     def __post_init__(self) -> None:
-        for k in ("prompt_median", "response_median", "judge_median", "prompt_cap",
-                  "response_cap", "judge_cap"):
-            if getattr(self, k) <= 0:
-                raise ConfigError(f"LengthModel.{k} must be > 0, got {getattr(self, k)}")
+        for k in ("prompt", "response", "judge"):
+            cap = getattr(self, f"{k}_cap")
+            check_range(f"LengthModel.{k}_cap", cap, 1, integer=True, why="tokens")
+            check_range(f"LengthModel.{k}_median", getattr(self, f"{k}_median"), 0, cap,
+                        open_lo=True, why=f"tokens, at most LengthModel.{k}_cap={cap}")
+        for k in ("sigma", "prompt_sigma"):
+            check_range(f"LengthModel.{k}", getattr(self, k), 0, open_lo=True,
+                        why="lognormal shape")
 
     @staticmethod
     def _draw(rng: np.random.Generator, median: float, sigma: float, cap: int,

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import gin
 
+from pivot.config.validation import check, check_bool, check_range, check_text
 from pivot.errors import ConfigError
 from pivot.scheduler.throughput import ThroughputModel
 from pivot.sim.calibration import H20_BF16_TFLOPS, StandIn, h20_profile
@@ -47,9 +48,22 @@ class ModelProfile:
     throughput: ThroughputModel | None = None
 
     def __post_init__(self) -> None:
-        if self.devices <= 0 or self.params_b <= 0 or self.kv_bytes_per_token <= 0:
-            raise ConfigError(f"ModelProfile {self.name}: devices, params_b and "
-                              f"kv_bytes_per_token must be > 0")
+        b = "ModelProfile"   # scoped in the gin files: policy/ModelProfile, genrm/ModelProfile
+        check_text(f"{b}.name", self.name)
+        check_range(f"{b}.params_b", self.params_b, 0, open_lo=True,
+                    why=f"{self.name}: billions of parameters")
+        check_range(f"{b}.active_params_b", self.active_params_b, 0, self.params_b,
+                    open_lo=True, why=f"{self.name}: at most params_b={self.params_b}")
+        check_range(f"{b}.kv_bytes_per_token", self.kv_bytes_per_token, 0, open_lo=True,
+                    why=self.name)
+        check_range(f"{b}.devices", self.devices, 1, integer=True,
+                    why=f"{self.name}: TP x EP devices per replica")
+        check_range(f"{b}.prefill_mfu", self.prefill_mfu, 0, 1, open_lo=True, why=self.name)
+        check_range(f"{b}.mem_util", self.mem_util, 0, 1, open_lo=True, why=self.name)
+        check(self.stand_in is None or isinstance(self.stand_in, StandIn), f"{b}.stand_in",
+              self.stand_in, "must be a StandIn (e.g. @policy/StandIn()) or None")
+        check(self.throughput is None or isinstance(self.throughput, ThroughputModel),
+              f"{b}.throughput", self.throughput, "must be a ThroughputModel or None")
         if self.stand_in is None and self.throughput is None:
             raise ConfigError(f"ModelProfile {self.name}: bind ModelProfile.stand_in (a "
                               f"calibration row) or ModelProfile.throughput")
@@ -124,13 +138,14 @@ class TrainingProfile:
     overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.devices <= 0 or not 0 < self.update_mfu <= 1 or not 0 < self.logprob_mfu <= 1:
-            raise ConfigError(f"TrainingProfile: devices must be > 0 and 0 < update_mfu, "
-                              f"logprob_mfu <= 1, got devices={self.devices}, update_mfu="
-                              f"{self.update_mfu}, logprob_mfu={self.logprob_mfu}")
-        if not (0 <= self.update_serial < 1 and 0 <= self.logprob_serial < 1):
-            raise ConfigError(f"TrainingProfile: update_serial and logprob_serial must be in "
-                              f"[0, 1), got {self.update_serial}, {self.logprob_serial}")
+        check_range("TrainingProfile.devices", self.devices, 1, integer=True)
+        for k in ("update_mfu", "logprob_mfu"):
+            check_range(f"TrainingProfile.{k}", getattr(self, k), 0, 1, open_lo=True)
+        for k in ("update_serial", "logprob_serial"):
+            check_range(f"TrainingProfile.{k}", getattr(self, k), 0, 1, open_hi=True,
+                        why="Amdahl serial fraction")
+        check_bool("TrainingProfile.old_logprob", self.old_logprob)
+        check_range("TrainingProfile.overhead_s", self.overhead_s, 0, why="seconds")
 
     @staticmethod
     def amdahl(flops: float, mfu: float, serial: float, devices: int) -> float:
@@ -167,6 +182,10 @@ class ShiftCost:
     plus ``training_down_s``. The effective bandwidths and fixed constants are fitted to
     the paper's fig. 12/13 overheads by ``pivot.sim.calibrate.fit_shift_cost``
     (``launchers/calibrate.py``); 63 GB/s is the link's peak, not what a shift reaches.
+
+    ``devices_per_host`` is not a binding of its own: a ``ModelGroup`` gives its shift
+    cost the group's ``ModelGroup.devices_per_host`` (``on_hosts``); a standalone
+    ``ShiftCost`` (calibration) has the paper's 8-device hosts.
     """
 
     pcie_gbs: float = 63.0
@@ -178,7 +197,20 @@ class ShiftCost:
     inference_down_s: float = 0.5
     training_up_s: float = 2.0
     training_down_s: float = 1.0
-    devices_per_host: int = 8
+    devices_per_host: int = field(default=8, init=False)
+
+    def __post_init__(self) -> None:
+        for k in ("pcie_gbs", "rdma_gbs", "inference_read_gbs", "training_read_gbs"):
+            check_range(f"ShiftCost.{k}", getattr(self, k), 0, open_lo=True, why="GB/s")
+        check_range("ShiftCost.remote_fraction", self.remote_fraction, 0, 1)
+        for k in ("inference_up_s", "inference_down_s", "training_up_s", "training_down_s"):
+            check_range(f"ShiftCost.{k}", getattr(self, k), 0, why="seconds")
+
+    def on_hosts(self, devices_per_host: int) -> "ShiftCost":
+        """This cost on hosts of ``devices_per_host`` devices (the model group's)."""
+        out = replace(self)
+        object.__setattr__(out, "devices_per_host", devices_per_host)
+        return out
 
     def _read(self, nbytes: float, gbs: float | None = None) -> float:
         local = nbytes * (1 - self.remote_fraction) / ((gbs or self.pcie_gbs) * 1e9)

@@ -1,6 +1,6 @@
 import pytest
 
-from pivot.errors import StateError
+from pivot.errors import ConfigError, StateError
 from pivot.planner import (NoShiftPlanner, PivotPlanner, RuleBasedPlanner, StaticPlanner,
                            VanillaPlanner)
 from pivot.planner.shift_pairs import choose_shift_up_role, prepare_shift_pairs
@@ -82,7 +82,7 @@ def test_no_plan_when_no_candidate_has_positive_benefit(snapshot):
 
 
 def test_bad_parameters_and_state_are_refused():
-    with pytest.raises(StateError, match="H must be > 0"):
+    with pytest.raises(ConfigError, match=r"PivotPlanner.H=0: must be a number > 0"):
         PivotPlanner(MODEL, MODEL, H=0)
     snap = make_snapshot()
     snap.rollout.replicas[1].running[snap.reward.replicas[0].running and
@@ -123,7 +123,7 @@ def test_rule_based_planner_follows_kv_thresholds():
     release = RuleBasedPlanner(MODEL, MODEL).plan(calm)
     assert release.up_role is Role.ROLLOUT and release.up_devices == ()
     assert release.down[0].role is Role.ROLLOUT  # rollout's KV use is below 0.1
-    with pytest.raises(StateError, match="down < up"):
+    with pytest.raises(ConfigError, match=r"RuleBasedPlanner.down=0.5: .*down < up"):
         RuleBasedPlanner(MODEL, MODEL, up=0.1, down=0.5)
 
 
@@ -158,5 +158,5 @@ def test_min_replicas_keeps_a_replica_of_the_donating_role():
     assert kept.up_role is Role.REWARD and len(kept.down) == 1
     assert len(kept.up_devices) == 1
     assert PivotPlanner(MODEL, MODEL, min_replicas=2).plan(snap) is None
-    with pytest.raises(StateError, match="min_replicas"):
+    with pytest.raises(ConfigError, match="PivotPlanner.min_replicas=-1"):
         PivotPlanner(MODEL, MODEL, min_replicas=-1)

@@ -1,5 +1,5 @@
 """The forced-shift planner on a few devices (the local driver's slots): with
-``feasible_only`` and ``donate_p = 1`` (``forced_shift_planner``'s defaults) every tick
+``feasible_only`` and ``donate_p = 1`` (``ForcedShiftPlanner``'s defaults) every tick
 flips one replica between rollout and reward, never below ``min_replicas``; the soak's
 settings keep their draws, so some ticks shift nothing there."""
 
@@ -49,6 +49,6 @@ def test_the_soaks_settings_keep_their_draws():
     import numpy as np
 
     p = ForcedShiftPlanner(TM, TM, {r: 1 for r in INFERENCE_ROLES}, 4,
-                           np.random.default_rng(0))
+                           np.random.default_rng(0), donate_p=0.7, feasible_only=False)
     plans = [p.plan(_snap((0, 2, 3), (1,))) for _ in range(50)]
     assert any(x is None for x in plans) and any(x is not None for x in plans)

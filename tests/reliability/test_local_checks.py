@@ -96,7 +96,7 @@ def run():
     _up(ctl, scheds, Role.REWARD, "r1", 1)
     spec = SampleSpec(max_tokens=8)
     fleet = Fleet(ctl, scheds, lambda ids: " ".join(map(str, ids)), lambda s: [1, 2, 3],
-                  spec, spec)
+                  spec, spec, sample_seed=0)
     wf = RLWorkflow(PromptStream(prompts_per_step=1, num_val=4), 2, 2, StalenessBound(2),
                     lambda s: [1, 2, 3])
     control = SimpleNamespace(tick=lambda status: None, training_devices=lambda: (),
