@@ -8,7 +8,7 @@ modules, monkeypatches, environment knobs, behaviour of one version) lives in on
 - ``pivot.compat.torchtitan``: the Qwen3 builder's private pieces, the SDPA attention swap
   for CPU, FSDP2 over gloo, the fused-QKV load hook;
 - ``pivot.compat.monarch``: the one owner of ``monarch.actor.unhandled_fault_hook``, the
-  client's socket folder, its telemetry logger;
+  client's socket folder, the actor prefix of its log records;
 - ``pivot.compat.nixl``: the agent constructor of ``nixl._api``, the bytes returned by
   ``add_remote_agent``, the UCX progress thread, transfer states.
 

@@ -6,8 +6,8 @@
   and the generator spawner both need it; assigning it in two places made the last writer
   win, so both register listeners here instead and one dispatcher calls them all.
 - ``ensure_client_tmpdir``: the client creates its sockets under ``TMPDIR``, which must exist.
-- ``quiet_future_telemetry``: ``Future.get`` called on a thread with an event loop logs a
-  warning through ``monarch._src.actor.telemetry`` on every call.
+- ``plain_python_logs``: Monarch prefixes every Python log record with the actor's name,
+  once per handler.
 
 Not a shim but a trap of the same version: import torch before any ``monarch.common._C``
 import (``pivot.runtime.provision`` does). ``tests/compat/test_monarch.py`` checks the
@@ -142,12 +142,13 @@ def ensure_client_tmpdir(default: str | Path) -> Path:
     return path
 
 
-TELEMETRY_LOGGER = "monarch._src.actor.telemetry"
-"""The logger ``log_with_tracing`` uses by default (torchmonarch 0.7.0)."""
+def plain_python_logs() -> None:
+    """Turns off Monarch's actor prefix on Python log records. torchmonarch 0.7.0 adds a
+    filter to every logging handler (``actor_mesh._ActorFilter``) that rewrites
+    ``record.msg`` to ``"[actor=<root>] " + msg`` unless
+    ``monarch._src.actor.config.prefix_python_logs_with_actor`` is false; since the
+    rewrite happens once per handler, a client with a console and a run.log handler logs
+    "[actor=<root>] [actor=<root>] ...". The launchers format their own lines."""
+    from monarch._src.actor import config
 
-
-def quiet_future_telemetry() -> None:
-    """Raises Monarch's telemetry logger to ERROR: torchmonarch 0.7.0 warns "Future.get()
-    called from within an active event loop" on every ``Future.get`` made on a thread that
-    runs an event loop, which the RL loop does by design."""
-    logging.getLogger(TELEMETRY_LOGGER).setLevel(logging.ERROR)
+    config.prefix_python_logs_with_actor = False

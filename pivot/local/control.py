@@ -9,6 +9,7 @@ TrainerPort: GRPO steps in the training slot, GPS Write, rollout replicas Read.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Sequence
@@ -80,13 +81,13 @@ class LocalControl:
         self._publishes_at_start = self.publishes
         self._record(now, plan, await self.executor.execute_async(plan))
 
-    def _refresh_if_published(self, role: Role, views: list) -> None:
+    def _refresh_if_published(self, role: Role, views: list):
         """A rollout replica that Read its policy before a publish landed mid-shift holds
         the previous version: it Reads again before it gets work (the staleness bound
-        counts from the published version)."""
+        counts from the published version). Returns the steps of that Read, or None."""
         if role is not Role.ROLLOUT or self.publishes == self._publishes_at_start:
-            return
-        self.fleet.reload_policy([d for v in views for d in v.devices])
+            return None
+        return self.fleet.reload_policy_steps([d for v in views for d in v.devices])
 
     def _record(self, now: float, plan: ShiftPlan, rep) -> None:
         self.shifts.append({
@@ -104,7 +105,10 @@ class LocalControl:
         self.status = status
         if (self.release_idle_training and not self.busy and not status.batch_ready
                 and self.training_devices()):
-            self.ctl.shifter.shift_down(self.ctl.shifter.training_replica())
+            (res,) = await self.ctl.shifter.shift_down_many_async(
+                [self.ctl.shifter.training_replica()])
+            if isinstance(res, Exception):
+                raise res
         t = time.perf_counter()
         plan = self.planner.plan(self.snapshot())
         self.planner_s.append(time.perf_counter() - t)
@@ -175,16 +179,21 @@ class LocalTrainer:
             m["trainer/optimizer_fetch_s"] = time.perf_counter() - t
         return m
 
-    def publish(self, version: int) -> dict[str, float]:
+    async def publish(self, version: int) -> dict[str, float]:
+        """GPS Write from the training slot, then every rollout replica Reads it; both
+        awaited (the RL loop's event loop keeps running)."""
         dev = self.control.training_devices()[0]
         t = time.perf_counter()
-        self.ctl.write_back(dev)
+        await self.ctl.write_back_start(dev).wait()
         self.control.publishes += 1
         write_s = time.perf_counter() - t
-        return {"gps/write_s": write_s, "gps/rollout_refresh_s": self.fleet.refresh_rollout()}
+        refresh_s = await self.fleet.refresh_rollout_async()
+        return {"gps/write_s": write_s, "gps/rollout_refresh_s": refresh_s}
 
-    def state(self) -> dict[str, Any]:
-        return {"policy": self.source.read(POLICY, (0,))[0], "optimizer": self.optimizer}
+    async def state(self) -> dict[str, Any]:
+        """Policy (read from GPS in a worker thread: the Read blocks) and optimizer."""
+        policy = (await asyncio.to_thread(self.source.read, POLICY, (0,)))[0]
+        return {"policy": policy, "optimizer": self.optimizer}
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.source.write(POLICY, (0,), None, {0: state["policy"]})

@@ -13,6 +13,7 @@ through the executor, and runs ``pivot.rl.loop.RLLoop``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -23,7 +24,6 @@ from typing import Any
 
 import gin
 
-from pivot.compat.monarch import quiet_future_telemetry
 from pivot.config.validation import (check, check_bool, check_range, check_text,
                                      default_of)
 from pivot.errors import ConfigError
@@ -43,7 +43,6 @@ from pivot.sim.deployment import Deployment
 from pivot.types import INFERENCE_ROLES, POLICY, Role
 
 log = logging.getLogger(__name__)
-quiet_future_telemetry()  # Future.get in the loop
 
 
 @dataclass
@@ -282,11 +281,15 @@ class LocalDriver:
             validator = Validator(self.policy_dir, self.stream.validation(),
                                   self.group.max_response_tokens)
 
-        def on_step(m: dict[str, Any]) -> None:
+        def validate() -> float:
+            return validator.accuracy(self.source.read(POLICY, (0,))[0])
+
+        async def on_step(m: dict[str, Any]) -> None:
             if validator is not None and (m["step"] == self.steps or (
                     self.eval_every and m["step"] % self.eval_every == 0)):
                 t = time.perf_counter()
-                m["val/accuracy_at_1"] = validator.accuracy(self.source.read(POLICY, (0,))[0])
+                # a blocking GPS Read and generation: off the loop's thread
+                m["val/accuracy_at_1"] = await asyncio.to_thread(validate)
                 m["val/seconds"] = time.perf_counter() - t
             m["cpu_s"] = self.shares.usage_s()
             # the allocation trace's clock (time since the control plane was built)
@@ -296,9 +299,11 @@ class LocalDriver:
                 metrics_f.write(json.dumps(m) + "\n")
                 metrics_f.flush()
             if progress is not None:
+                # the summary's reading (steps 2..N), so bar and summary agree at the end
+                tp = end_to_end_throughput(self.loop.history)["throughput"]
                 alloc = m["allocation"]
                 progress(m["version"], m["time_s"], postfix=(
-                    f"{m['tokens_per_s']:.0f} tok/s R={m['reward/mean']:.2f} "
+                    f"{'-' if tp is None else f'{tp:,.0f}'} tok/s R={m['reward/mean']:.2f} "
                     f"ro/rm/tr/idle={len(alloc['rollout'])}/{len(alloc['reward'])}/"
                     f"{len(alloc['training'])}/{len(alloc['idle'])}"))
 

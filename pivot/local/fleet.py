@@ -4,12 +4,20 @@ vLLM engines in the device slots, and the rollout and reward ports of the RL loo
 Sequence ids: a trajectory t's response is ``2t`` and its judgement ``2t + 1``, so both
 roles' sequences never collide in an engine. The generator port keeps its own copies of
 the sequence states (tokens kept across aborts); the schedulers keep theirs.
+
+Every operation that calls the slots is written once as steps (``pivot.runtime.waits``):
+the plain methods block (provisioning, tests), the ``_async`` ones and the two services
+await the slots, so the RL loop's event loop never blocks on a slot call. The awaiting
+operations hold ``lock`` from their first scheduler change to their last result, so no
+two of them interleave (a poll's dispatch never sees a migration's half-applied aborts),
+as when every call blocked; the loop's other coroutines run meanwhile.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pivot.rewards.genrm import build_genrm_prompt
@@ -17,6 +25,7 @@ from pivot.roles.engine.port import GeneratorPort
 from pivot.roles.engine.requests import GenRequest, SampleSpec, SeqResult
 from pivot.rl.ports import Judgement, Response
 from pivot.rl.trajectory import Trajectory
+from pivot.runtime.waits import Steps, run_async, run_blocking
 from pivot.scheduler.scheduler import ShiftAwareScheduler
 from pivot.shifting.executor import MigrationStats
 from pivot.types import GENRM, POLICY, Role, SequenceState
@@ -98,6 +107,7 @@ class Fleet:
         self.judgements: list[Judgement] = []
         self.migration = MigrationStats()
         self.lengths_fed = 0
+        self.lock = asyncio.Lock()
 
     def _spec(self, seq: SequenceState) -> SampleSpec:
         import dataclasses
@@ -105,12 +115,50 @@ class Fleet:
 
     # ---- ReplicaPort (the executor applies migrations through this) ---------------
     def apply(self, actions: Sequence[object]) -> MigrationStats:
-        st = self.port.apply(actions)
+        return run_blocking(self.apply_steps(actions))
+
+    def apply_steps(self, actions: Sequence[object]) -> Steps[MigrationStats]:
+        st = yield from self.port.apply_steps(actions)
         self.migration.add(st)
         return st
 
-    # ---- submission ----------------------------------------------------------------
+    # ---- blocking and awaiting forms of the steps below ----------------------------
     def submit(self, role: Role, trajs: Sequence[Trajectory]) -> None:
+        run_blocking(self.submit_steps(role, trajs))
+
+    def dispatch(self) -> None:
+        run_blocking(self.dispatch_steps())
+
+    def poll(self) -> None:
+        run_blocking(self.poll_steps())
+
+    def refresh_rollout(self) -> float:
+        return run_blocking(self.refresh_rollout_steps())
+
+    def reload_policy(self, devices: Sequence[int]) -> None:
+        run_blocking(self.reload_policy_steps(devices))
+
+    async def submit_async(self, role: Role, trajs: Sequence[Trajectory]) -> None:
+        async with self.lock:
+            await run_async(self.submit_steps(role, trajs))
+
+    async def poll_async(self) -> None:
+        async with self.lock:
+            await run_async(self.poll_steps())
+
+    async def refresh_rollout_async(self) -> float:
+        async with self.lock:
+            return await run_async(self.refresh_rollout_steps())
+
+    async def migrate_async(self, actions_of: Callable[[], Sequence[object]]
+                            ) -> MigrationStats:
+        """The executor's migration (``ReplicaPort.migrate_async``): the scheduler's
+        call and the application of its actions, as one operation."""
+        async with self.lock:
+            return await run_async(self.apply_steps(actions_of()))
+
+    # ---- submission ----------------------------------------------------------------
+    def submit_steps(self, role: Role, trajs: Sequence[Trajectory]) -> Steps[None]:
         sched = self.schedulers[role]
         for t in trajs:
             self.trajs[t.traj_id] = t
@@ -123,19 +171,19 @@ class Fleet:
             self.port.sequences[sid] = SequenceState(sid, model, len(prompt), cap,
                                                      prompt_tokens=prompt)
             sched.submit(SequenceState(sid, model, len(prompt), cap))
-        self.dispatch()
+        yield from self.dispatch_steps()
 
-    def dispatch(self) -> None:
+    def dispatch_steps(self) -> Steps[None]:
         for role in (Role.ROLLOUT, Role.REWARD):
             acts = self.schedulers[role].dispatch()
             if acts:
-                self.apply(acts)
+                yield from self.apply_steps(acts)
 
     # ---- collection ----------------------------------------------------------------
-    def poll(self) -> None:
+    def poll_steps(self) -> Steps[None]:
         """Collects finished sequences from every replica, frees their scheduler slots,
         dispatches what waits, and queues the results for the two ports."""
-        done = self.port.collect()
+        done = yield from self.port.collect_steps()
         for sid, res in done.items():
             role = Role.ROLLOUT if sid % 2 == 0 else Role.REWARD
             sched = self.schedulers[role]
@@ -158,7 +206,7 @@ class Fleet:
                 self.trajs.pop(t.traj_id, None)
                 self.judgements.append(Judgement(t.traj_id, self.decode(res.tokens), processed))
         self.feed_lengths(self.port.lengths)
-        self.dispatch()
+        yield from self.dispatch_steps()
 
     def feed_lengths(self, lengths: Mapping[str, Mapping[int, int]]) -> int:
         """Engine progress back to the schedulers (``update_lengths``): the monitor and
@@ -179,7 +227,7 @@ class Fleet:
         self.lengths_fed += n
         return n
 
-    def refresh_rollout(self) -> float:
+    def refresh_rollout_steps(self) -> Steps[float]:
         """Every rollout replica Reads the new policy: its sequences are aborted (tokens
         kept), weights loaded, and the queue dispatched again. Returns seconds."""
         import time
@@ -188,16 +236,19 @@ class Fleet:
         replicas = self.ctl.device_map.replicas(Role.ROLLOUT)
         acts = [a for rid in replicas for a in sched.abort(rid)]
         if acts:
-            self.apply(acts)   # one round over all replicas
-        self.reload_policy([d for devs in replicas.values() for d in devs])
-        self.dispatch()
+            yield from self.apply_steps(acts)   # one round over all replicas
+        yield from self.reload_policy_steps([d for devs in replicas.values() for d in devs])
+        yield from self.dispatch_steps()
         return time.perf_counter() - t0
 
-    def reload_policy(self, devices: Sequence[int]) -> None:
+    def reload_policy_steps(self, devices: Sequence[int]) -> Steps[None]:
         """The rollout slots on ``devices`` Read the newest policy from GPS, all at once."""
-        pending = [self.ctl.invoke_start(d, "refresh") for d in devices]
-        for p in pending:
-            p.get()
+        if not devices:
+            return
+        out = yield {d: self.ctl.invoke_start(d, "refresh") for d in devices}
+        for r in out.values():
+            if isinstance(r, BaseException):
+                raise r
 
     def pending(self) -> int:
         return sum(s.num_seqs for s in self.schedulers.values())
@@ -209,11 +260,11 @@ class RolloutService:
     def __init__(self, fleet: Fleet):
         self.fleet = fleet
 
-    def submit(self, trajs: Sequence[Trajectory]) -> None:
-        self.fleet.submit(Role.ROLLOUT, trajs)
+    async def submit(self, trajs: Sequence[Trajectory]) -> None:
+        await self.fleet.submit_async(Role.ROLLOUT, trajs)
 
-    def poll(self) -> list[Response]:
-        self.fleet.poll()
+    async def poll(self) -> list[Response]:
+        await self.fleet.poll_async()
         out, self.fleet.responses = self.fleet.responses, []
         return out
 
@@ -224,8 +275,8 @@ class RewardService:
     def __init__(self, fleet: Fleet):
         self.fleet = fleet
 
-    def submit(self, trajs: Sequence[Trajectory]) -> None:
-        self.fleet.submit(Role.REWARD, trajs)
+    async def submit(self, trajs: Sequence[Trajectory]) -> None:
+        await self.fleet.submit_async(Role.REWARD, trajs)
 
     def poll(self) -> list[Judgement]:
         out, self.fleet.judgements = self.fleet.judgements, []

@@ -114,18 +114,19 @@ class LocalChecker:
 
     # ------------------------------------------------------------------ wiring
     def attach(self, driver: Any, workflow: Any) -> None:
-        """Wraps the driver's control tick, fleet poll and apply, and port collect (this
-        driver's instances only; behaviour is unchanged). Call after the driver built its
-        control plane, before the loop runs."""
+        """Wraps the driver's control tick, and the steps of the fleet's poll and apply and
+        of the port's collect (this driver's instances only; behaviour is unchanged), so
+        the blocking and the awaiting forms are both checked. Call after the driver built
+        its control plane, before the loop runs."""
         self.wf, self.fleet, self.control = workflow, driver.fleet, driver.control
         self.ctl, self.port = driver.ctl, driver.fleet.port
         self.kv_capacity, self.staleness = driver.kv_capacity, driver.dep.staleness
         self.resumed_run = bool(getattr(driver, "resume", False))
         _wrap(self.control, "tick", lambda f: _then(f, lambda: self.check("tick")))
         _wrap(self.control, "tick", self._wrap_tick)
-        _wrap(self.fleet, "poll", lambda f: _then(f, lambda: self.check("poll")))
-        _wrap(self.fleet, "apply", self._wrap_apply)
-        _wrap(self.port, "collect", self._wrap_collect)
+        _wrap(self.fleet, "poll_steps", lambda f: _steps_then(f, lambda: self.check("poll")))
+        _wrap(self.fleet, "apply_steps", self._wrap_apply)
+        _wrap(self.port, "collect_steps", self._wrap_collect)
 
     def _wrap_tick(self, tick: Callable) -> Callable:
         """Counts ticks in flight: a poll between the two awaits of a shift may find
@@ -144,21 +145,21 @@ class LocalChecker:
             return _run()
         return _tick
 
-    def _wrap_apply(self, apply: Callable) -> Callable:
+    def _wrap_apply(self, apply_steps: Callable) -> Callable:
         def _apply(actions: Iterable[object]):
             actions = list(actions)
             seqs = self.port.sequences
             before = {a.seq_id: seqs[a.seq_id].num_aborts for a in actions
                       if isinstance(a, Abort) and a.seq_id in seqs}
             try:
-                return apply(actions)
+                return (yield from apply_steps(actions))
             finally:
                 self._after_aborts(before)
         return _apply
 
-    def _wrap_collect(self, collect: Callable) -> Callable:
+    def _wrap_collect(self, collect_steps: Callable) -> Callable:
         def _collect():
-            out = collect()
+            out = yield from collect_steps()
             self._after_finish(out)
             return out
         return _collect
@@ -369,6 +370,15 @@ class LocalChecker:
 def _wrap(obj: object, name: str, make: Callable[[Callable], Callable]) -> None:
     """Replaces ``obj.name`` (a bound method) by ``make(original)`` on this instance."""
     setattr(obj, name, make(getattr(obj, name)))
+
+
+def _steps_then(f: Callable, after: Callable[[], object]) -> Callable:
+    """Steps ``f`` (``pivot.runtime.waits``), then ``after()`` once they returned."""
+    def _f(*args, **kwargs):
+        out = yield from f(*args, **kwargs)
+        after()
+        return out
+    return _f
 
 
 def _then(f: Callable, after: Callable[[], object]) -> Callable:

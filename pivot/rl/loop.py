@@ -13,15 +13,16 @@ Four named coroutines share one ``RLWorkflow``::
            -> TrainerPort.train -> version += 1 -> TrainerPort.publish (GPS Write,
               rollout replicas Read) -> checkpoint -> metrics
 
-The staleness bound is asserted at every release and every batch. Blocking port calls of
-the train loop run in a worker thread so the other loops keep polling meanwhile. Time
-comes from an injectable clock (``pivot.rl.clock``).
+The staleness bound is asserted at every release and every batch. A port method may be
+plain or a coroutine: the local driver's ports await their slot calls, so the event loop
+never blocks on one; the training step, which blocks for seconds, runs in a worker thread
+so the other loops keep polling meanwhile. Time comes from an injectable clock
+(``pivot.rl.clock``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import statistics
 from collections.abc import Callable
@@ -37,6 +38,7 @@ from pivot.rl import checkpoint
 from pivot.rl.clock import WallClock
 from pivot.rl.ports import ControlPort, LoopStatus, RewardPort, RolloutPort, TrainerPort
 from pivot.rl.workflow import RLWorkflow
+from pivot.runtime.waits import settle
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +85,8 @@ class RLLoop:
         cfg: loop timing and checkpoints.
         run_dir: where checkpoints go (None: no checkpoints).
         clock: ``now()`` callable with an async ``sleep`` (``WallClock``, ``ManualClock``).
-        on_step: called with each step's metrics dict (JSONL writer, wandb, progress bar).
+        on_step: called with each step's metrics dict (JSONL writer, wandb, progress bar);
+            may be a coroutine function.
         extra_state: returns driver state to checkpoint (e.g. the allocation trace).
     """
 
@@ -108,6 +111,7 @@ class RLLoop:
         self._error: BaseException | None = None
         self._ckpt_task: asyncio.Task | None = None
         self._ckpt_s = 0.0
+        self._resubmit: tuple[list, list] = ([], [])
 
     # ------------------------------------------------------------------ resume
     def resume(self, state: dict[str, Any]) -> None:
@@ -121,22 +125,28 @@ class RLLoop:
         redo, rejudge = self.wf.pending()
         for t in redo:
             t.start_version = max(t.start_version, self.wf.version)
-        if redo:
-            self._submit_rollout(redo)
-        if rejudge:
-            self._submit_reward(rejudge)
+        # submitted by the loops once they run (the ports may await their slots)
+        self._rollout_pending.update(t.traj_id for t in redo)
+        self._reward_pending.update(t.traj_id for t in rejudge)
+        self._resubmit = (list(redo), list(rejudge))
         log.info("resumed at version %d (released %d, %d to roll out, %d to judge)",
                  self.wf.version, self.wf.released, len(redo), len(rejudge))
 
     # ------------------------------------------------------------------ coroutines
     async def rollout_loop(self) -> None:
+        redo, rejudge = self._resubmit
+        self._resubmit = ([], [])
+        if redo:
+            await self._submit_rollout(redo)
+        if rejudge:
+            await self._submit_reward(rejudge)
         while not self._stop:
             new = self.wf.release()
             if new:
                 self.data_order.append([t.question for t in new[::self.wf.n]])
-                self._submit_rollout(new)
+                await self._submit_rollout(new)
             judge = []
-            for r in self.rollout.poll():
+            for r in await settle(self.rollout.poll()):
                 t = self.wf.responded(r.traj_id, r.tokens, r.logprobs, r.text,
                                       r.finish_reason)
                 t.tokens_processed += r.tokens_processed
@@ -146,12 +156,12 @@ class RLLoop:
             # one submission per poll: each submission dispatches to the engines, and one
             # per response (128 a step) held the loop for seconds between two steps
             if judge:
-                self._submit_reward(judge)
+                await self._submit_reward(judge)
             await self.clock.sleep(self.cfg.poll_s)
 
     async def reward_loop(self) -> None:
         while not self._stop:
-            for j in self.reward.poll():
+            for j in await settle(self.reward.poll()):
                 self.wf.judged(j.traj_id, j.text).tokens_processed += j.tokens_processed
                 self._reward_pending.discard(j.traj_id)
                 self._count(j.tokens_processed)
@@ -159,9 +169,7 @@ class RLLoop:
 
     async def control_loop(self) -> None:
         while not self._stop:
-            ticked = self.control.tick(self.status())
-            if inspect.isawaitable(ticked):   # a control plane whose shifts run beside us
-                await ticked
+            await settle(self.control.tick(self.status()))
             await self.clock.sleep(self.cfg.tick_s)
 
     async def train_loop(self) -> None:
@@ -192,7 +200,8 @@ class RLLoop:
                 self.control.set_busy(False)
             version = self.wf.trained()
             t_pub = self.clock()
-            pm = self.trainer.publish(version)  # on the loop's thread: it touches the schedulers
+            # on the loop's thread (awaiting its slot calls): it touches the schedulers
+            pm = await settle(self.trainer.publish(version))
             now = self.clock()
             pm["loop/publish_s"] = now - t_pub
             pm["loop/checkpoint_s"] = self._ckpt_s   # the previous step's (taken + written)
@@ -223,7 +232,7 @@ class RLLoop:
             self._step_tokens, t_prev = 0, now
             self.history.append(m)
             self._trained_here += 1
-            self.on_step(m)
+            await settle(self.on_step(m))
             if (self.run_dir is not None and self.cfg.checkpoint_every
                     and version % self.cfg.checkpoint_every == 0):
                 await self._checkpoint(version)
@@ -235,7 +244,7 @@ class RLLoop:
         land in order and a failed write surfaces at the next step."""
         t = self.clock()
         await self._flush_checkpoint()
-        state = self.checkpoint_state()
+        state = self.checkpoint_state(await settle(self.trainer.state()))
         self._ckpt_task = asyncio.create_task(
             asyncio.to_thread(checkpoint.save, self.run_dir, version, state))
         self._ckpt_s = self.clock() - t
@@ -278,27 +287,25 @@ class RLLoop:
         ts = [t for t in self.wf.trajs.values() if t.step == s]
         return bool(ts) and all(t.responded for t in ts)
 
-    def save_checkpoint(self) -> Path:
-        if self.run_dir is None:
-            raise StateError("save_checkpoint: the loop has no run_dir")
-        return checkpoint.save(self.run_dir, self.wf.version, self.checkpoint_state())
-
-    def checkpoint_state(self) -> dict[str, Any]:
+    def checkpoint_state(self, trainer_state: dict[str, Any] | None = None) -> dict[str, Any]:
         """A snapshot the loop may go on changing under: the workflow's and trainer's
         states and the allocation are built fresh; step records are never changed once
-        appended, so the history list is copied, not its records."""
-        return {"workflow": self.wf.state(), "trainer": self.trainer.state(),
+        appended, so the history list is copied, not its records. ``trainer_state``: the
+        trainer's, if the caller already took it (an async trainer port)."""
+        if trainer_state is None:
+            trainer_state = self.trainer.state()
+        return {"workflow": self.wf.state(), "trainer": trainer_state,
                 "allocation": self.control.allocation(), "history": list(self.history),
                 "tokens": self.tokens, "trained_tokens": self.trained_tokens}
 
     # ------------------------------------------------------------------ helpers
-    def _submit_rollout(self, trajs) -> None:
+    async def _submit_rollout(self, trajs) -> None:
         self._rollout_pending.update(t.traj_id for t in trajs)
-        self.rollout.submit(trajs)
+        await settle(self.rollout.submit(trajs))
 
-    def _submit_reward(self, trajs) -> None:
+    async def _submit_reward(self, trajs) -> None:
         self._reward_pending.update(t.traj_id for t in trajs)
-        self.reward.submit(trajs)
+        await settle(self.reward.submit(trajs))
 
     def _count(self, n: int) -> None:
         self.tokens += n

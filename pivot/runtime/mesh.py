@@ -147,7 +147,12 @@ class MeshController:
         return _Pending(fut, self.timeout)
 
     def write_back(self, device: int) -> float:
-        return self._slot(device).write_back.call_one().get(timeout=self.timeout)
+        return self.write_back_start(device).get()
+
+    def write_back_start(self, device: int) -> _Pending:
+        """Starts the training slot's GPS Write of its weights; ``.get()`` or ``await
+        .wait()`` for the seconds it took."""
+        return _Pending(self._slot(device).write_back.call_one(), self.timeout)
 
     def poll_faults(self) -> tuple[int, ...]:
         """Marks the devices whose slot process died (reported by Monarch's supervision)
@@ -234,6 +239,10 @@ class _Pending:
 
     def get(self) -> Any:
         return self.fut.get(timeout=self.timeout)
+
+    async def wait(self) -> Any:
+        """``get`` for a caller on an asyncio loop (the loop keeps running)."""
+        return await asyncio.wait_for(_awaitable(self.fut), self.timeout)
 
 
 class _PendingShift:

@@ -16,9 +16,11 @@ from typing import Any
 import torch  # noqa: F401  (torch before monarch's C extension, see docs/stack.md)
 from monarch.actor import HostMesh, ProcMesh, this_host
 
+from pivot.compat.monarch import plain_python_logs
 from pivot.errors import ConfigError
 
 log = logging.getLogger(__name__)
+plain_python_logs()   # the client's log lines without Monarch's actor prefix
 
 
 @dataclass(frozen=True, slots=True)

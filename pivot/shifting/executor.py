@@ -17,9 +17,11 @@ import itertools
 import logging
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from functools import partial
+from typing import Any, Protocol
 
 from pivot.errors import StateError
+from pivot.runtime.waits import Steps, run_async, run_blocking
 from pivot.planner.plan import ShiftDown, ShiftPlan
 from pivot.shifting.device_map import DeviceMap
 from pivot.shifting.role_shift import SlotKind
@@ -64,7 +66,12 @@ class MigrationStats:
 
 class ReplicaPort(Protocol):
     """The driver's replicas: applies Abort (returning the tokens generated so far to the
-    scheduler) and Dispatch actions."""
+    scheduler) and Dispatch actions.
+
+    A port may also have ``async migrate_async(actions_of)``: it calls ``actions_of()``
+    (the scheduler's migration) and applies the actions as one operation that no other
+    operation on the replicas interleaves with, awaiting the replicas' calls;
+    ``execute_async`` then uses it instead of ``apply``."""
 
     def apply(self, actions: Sequence[object]) -> MigrationStats:
         ...
@@ -143,9 +150,10 @@ class ShiftExecutor:
     schedulers: Mapping[Role, SchedulerPort]
     replicas: ReplicaPort
     new_replica_id: Callable[[Role], str] = field(default_factory=counter_ids)
-    before_migrate_up: Callable[[Role, list[ReplicaView]], None] | None = None
+    before_migrate_up: Callable[[Role, list[ReplicaView]], Steps[None] | None] | None = None
     """Called with the replicas that came up, before they get work (the local driver
-    refreshes rollout replicas whose policy was published while they shifted up)."""
+    refreshes rollout replicas whose policy was published while they shifted up); it may
+    return steps (``pivot.runtime.waits``), which are run blocking or awaited."""
 
     def execute(self, plan: ShiftPlan) -> ShiftReport:
         """Runs ``plan``; raises StateError (nothing done) or ShiftError (with ``.report``)."""
@@ -176,21 +184,37 @@ class ShiftExecutor:
                 request = _resume(stages, result)
         return request
 
-    def _slot_work(self, request: tuple) -> list:
-        if request[0] == "down":
+    def _slot_work(self, request: tuple) -> Any:
+        kind = request[0]
+        if kind == "migrate":
+            return self.replicas.apply(request[1]())
+        if kind == "hook":
+            steps = self.before_migrate_up(request[1], request[2])
+            return None if steps is None else run_blocking(steps)
+        if kind == "down":
             return self.shifter.shift_down_many(request[1], request[2])
         return self.shifter.shift_up_many(request[1], request[2])
 
-    async def _slot_work_async(self, request: tuple) -> list:
-        if request[0] == "down":
+    async def _slot_work_async(self, request: tuple) -> Any:
+        kind = request[0]
+        if kind == "migrate":
+            if hasattr(self.replicas, "migrate_async"):
+                return await self.replicas.migrate_async(request[1])
+            return self.replicas.apply(request[1]())
+        if kind == "hook":
+            steps = self.before_migrate_up(request[1], request[2])
+            return None if steps is None else await run_async(steps)
+        if kind == "down":
             return await self.shifter.shift_down_many_async(request[1], request[2])
         return await self.shifter.shift_up_many_async(request[1], request[2])
 
-    def _stages(self, plan: ShiftPlan) -> Generator[tuple, list, ShiftReport]:
-        """The four stages of a plan. Yields the slot work it needs, ``("down",
-        replica_ids, to_role)`` or ``("up", role, [(replica_id, devices)])``, and is sent
-        the per-replica results; returns the report. Written once for ``execute`` and
-        ``execute_async``."""
+    def _stages(self, plan: ShiftPlan) -> Generator[tuple, Any, ShiftReport]:
+        """The four stages of a plan. Yields the work it needs and is sent its result:
+        slot work ``("down", replica_ids, to_role)`` or ``("up", role, [(replica_id,
+        devices)])`` (per-replica results), a migration ``("migrate", actions_of)`` (the
+        scheduler's call that returns the actions, run with their application as one
+        operation; its MigrationStats) or ``("hook", role, views)``; returns the report.
+        Written once for ``execute`` and ``execute_async``."""
         donors = self.validate(plan)
         clock = self.shifter.device_map.clock
         report = ShiftReport(plan.up_role)
@@ -201,8 +225,9 @@ class ShiftExecutor:
             for role in INFERENCE_ROLES:
                 ids = [d.replica_id for d in donors if d.role is role]
                 if ids:
-                    actions = self.schedulers[role].shift_down(ids)
-                    report.migration_down.add(self.replicas.apply(actions))
+                    sched = self.schedulers[role]
+                    report.migration_down.add((yield ("migrate", partial(sched.shift_down,
+                                                                         ids))))
             report.stage_s[stage] = clock() - t
 
             # Donors shift down together, then the new replicas shift up together: their
@@ -241,16 +266,14 @@ class ShiftExecutor:
             t = clock()
             if report.new_replicas:
                 if self.before_migrate_up is not None:
-                    self.before_migrate_up(plan.up_role, list(report.new_replicas))
-                actions = self.schedulers[plan.up_role].shift_up(list(report.new_replicas))
-                report.migration_up.add(self.replicas.apply(actions))
+                    yield ("hook", plan.up_role, list(report.new_replicas))
+                report.migration_up.add((yield self._migrate_up(plan, report)))
             report.stage_s[stage] = clock() - t
         except Exception as exc:
             if stage == "shift_up" and report.new_replicas:
                 # Replicas that did come up must still serve, or their devices sit unused.
                 try:
-                    actions = self.schedulers[plan.up_role].shift_up(list(report.new_replicas))
-                    report.migration_up.add(self.replicas.apply(actions))
+                    report.migration_up.add((yield self._migrate_up(plan, report)))
                 except Exception:  # noqa: BLE001 - the original failure is what we report
                     log.exception("handing the replicas that came up to the scheduler failed")
             report.error = f"{type(exc).__name__}: {exc}"
@@ -261,6 +284,10 @@ class ShiftExecutor:
                              f"{exc}", report) from exc
         report.total_s = clock() - start
         return report
+
+    def _migrate_up(self, plan: ShiftPlan, report: ShiftReport) -> tuple:
+        sched = self.schedulers[plan.up_role]
+        return ("migrate", partial(sched.shift_up, list(report.new_replicas)))
 
     def validate(self, plan: ShiftPlan) -> list[ShiftDown]:
         """Checks ``plan`` against the device map; returns the donors with training's

@@ -17,7 +17,7 @@ import pytest
 from pivot.compat import monarch as mc
 
 RECHECK = ("re-check every shim of pivot/compat/monarch.py (install_fault_hook and "
-           "default_fault_hook, ensure_client_tmpdir, quiet_future_telemetry) and update "
+           "default_fault_hook, ensure_client_tmpdir, plain_python_logs) and update "
            "WRITTEN_FOR")
 
 
@@ -119,22 +119,17 @@ def test_ensure_client_tmpdir_creates_the_folder_and_keeps_a_set_tmpdir(monkeypa
     assert mc.ensure_client_tmpdir(tmp_path / "b") == tmp_path / "a" / "tmp"
 
 
-def test_the_future_get_warning_goes_through_the_logger_quieted(monkeypatch):
-    from monarch._src.actor import telemetry
-    from monarch._src.actor.future import Future
+def test_plain_python_logs_turns_off_the_actor_prefix(monkeypatch):
+    from monarch._src.actor import actor_mesh, config
 
-    assert telemetry.__name__ == mc.TELEMETRY_LOGGER
-    sig = inspect.signature(telemetry.log_with_tracing)
-    assert sig.parameters["logger"].default is None, "log_with_tracing no longer defaults to " \
-                                                     "its module logger: re-check " \
-                                                     "quiet_future_telemetry"
-    src = inspect.getsource(Future.get)
-    assert "log_with_tracing(" in src and "active event loop" in src, \
-        "Future.get no longer warns through telemetry: quiet_future_telemetry may go"
-    logger = logging.getLogger(mc.TELEMETRY_LOGGER)
-    monkeypatch.setattr(logger, "level", logger.level)
-    mc.quiet_future_telemetry()
-    assert logger.getEffectiveLevel() == logging.ERROR
+    src = inspect.getsource(actor_mesh._ActorFilter.filter)
+    assert "prefix_python_logs_with_actor" in src and "record.msg" in src, \
+        "Monarch's actor log filter changed: re-check plain_python_logs"
+    monkeypatch.setattr(config, "prefix_python_logs_with_actor", True)
+    mc.plain_python_logs()
+    assert config.prefix_python_logs_with_actor is False
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "message", None, None)
+    assert actor_mesh._ActorFilter().filter(record) and record.msg == "message"
 
 
 @pytest.mark.monarch

@@ -2,6 +2,10 @@
 Dispatch actions (sec. 6.2, alg. 2) and times them as the paper's table 3 does (abort,
 dispatch, re-prefill).
 
+Each operation is written once as steps (``pivot.runtime.waits``): ``apply`` and
+``collect`` block, ``apply_async`` and ``collect_async`` await the replicas' calls, for a
+caller on the RL loop's event loop.
+
 A handle is anything with the ``StepLoop`` calls ``submit`` / ``abort`` / ``collect`` /
 ``first_tokens``: a ``StepLoop`` in this process, or ``ActorHandle`` over a Monarch
 generator actor (``pivot.roles.generator``).
@@ -18,6 +22,7 @@ from typing import Protocol
 
 from pivot.errors import StateError
 from pivot.roles.engine.requests import GenRequest, SampleSpec, SeqResult
+from pivot.runtime.waits import Done, Steps, run_async, run_blocking
 from pivot.scheduler.actions import Abort, Dispatch
 from pivot.shifting.executor import MigrationStats
 from pivot.types import SequenceState
@@ -59,6 +64,21 @@ class GeneratorPort:
     ``collect`` (handles with ``poll`` only)."""
 
     def apply(self, actions: Sequence[object]) -> MigrationStats:
+        """Runs ``actions`` in order, blocking (see ``apply_steps``)."""
+        return run_blocking(self.apply_steps(actions))
+
+    async def apply_async(self, actions: Sequence[object]) -> MigrationStats:
+        """``apply`` on an event loop: the replicas' calls are awaited."""
+        return await run_async(self.apply_steps(actions))
+
+    def collect(self) -> dict[int, SeqResult]:
+        """Finished sequences of every replica, blocking (see ``collect_steps``)."""
+        return run_blocking(self.collect_steps())
+
+    async def collect_async(self) -> dict[int, SeqResult]:
+        return await run_async(self.collect_steps())
+
+    def apply_steps(self, actions: Sequence[object]) -> Steps[MigrationStats]:
         """Runs ``actions`` in order. Each run of consecutive actions of one kind is one
         round: one call per replica, started on every replica before any is waited for,
         so a round costs the slowest replica's call, not their sum (each call lands
@@ -72,15 +92,16 @@ class GeneratorPort:
                 by_replica.setdefault(a.replica_id, []).append(a.seq_id)
             handles = {rid: self._handle(rid) for rid in by_replica}
             if kind is Abort:
-                self._abort(handles, by_replica, stats)
+                yield from self._abort(handles, by_replica, stats)
             else:
-                self._dispatch(handles, by_replica, stats)
+                yield from self._dispatch(handles, by_replica, stats)
         return stats
 
     def _abort(self, handles: Mapping[str, GeneratorHandle], ids: Mapping[str, list[int]],
-               stats: MigrationStats) -> None:
+               stats: MigrationStats) -> Steps[None]:
         t = time.perf_counter()
-        outs = _fan_out(handles, "abort", {rid: {"seq_ids": ids[rid]} for rid in handles})
+        outs = yield from _fan_out(handles, "abort",
+                                   {rid: {"seq_ids": ids[rid]} for rid in handles})
         stats.abort_s += time.perf_counter() - t
         for out in outs.values():
             if isinstance(out, BaseException):
@@ -99,7 +120,7 @@ class GeneratorPort:
         _raise_first(outs)
 
     def _dispatch(self, handles: Mapping[str, GeneratorHandle], ids: Mapping[str, list[int]],
-                  stats: MigrationStats) -> None:
+                  stats: MigrationStats) -> Steps[None]:
         reqs: dict[str, list[GenRequest]] = {}
         for rid, sids in ids.items():
             reqs[rid] = []
@@ -117,7 +138,7 @@ class GeneratorPort:
                                             list(self.logprobs.get(s, []))))
         live = {rid: h for rid, h in handles.items() if reqs[rid]}
         t = time.perf_counter()
-        errs = _fan_out(live, "submit", {rid: {"reqs": reqs[rid]} for rid in live})
+        errs = yield from _fan_out(live, "submit", {rid: {"reqs": reqs[rid]} for rid in live})
         stats.dispatch_s += time.perf_counter() - t
         resumed: dict[str, list[int]] = {}
         for rid, out in errs.items():
@@ -133,22 +154,22 @@ class GeneratorPort:
                 if r.resume:
                     resumed.setdefault(rid, []).append(r.seq_id)
         if resumed and self.measure_reprefill:
-            firsts = _fan_out({rid: live[rid] for rid in resumed}, "first_tokens",
-                              {rid: {"seq_ids": resumed[rid]} for rid in resumed})
+            firsts = yield from _fan_out({rid: live[rid] for rid in resumed}, "first_tokens",
+                                         {rid: {"seq_ids": resumed[rid]} for rid in resumed})
             stats.reprefill_s += sum(v for v in firsts.values()
                                      if not isinstance(v, BaseException))
             _raise_first(firsts)
         _raise_first(errs)
 
-    def collect(self) -> dict[int, SeqResult]:
+    def collect_steps(self) -> Steps[dict[int, SeqResult]]:
         """Pops finished sequences from every replica (and any that an abort found
         finished), polling all replicas in one round; marks them off their replica."""
         self.lengths = {}
         handles = dict(self.replicas.items())
         polling = {rid: h for rid, h in handles.items() if hasattr(h, "poll")}
-        outs = _fan_out(polling, "poll", {rid: {} for rid in polling})
-        outs.update(_fan_out({rid: h for rid, h in handles.items() if rid not in polling},
-                             "collect", {rid: {} for rid in handles if rid not in polling}))
+        rest = {rid: h for rid, h in handles.items() if rid not in polling}
+        outs = yield from _fan_out({**polling, **rest}, lambda rid: (
+            "poll" if rid in polling else "collect"), {rid: {} for rid in handles})
         for rid, out in outs.items():
             if isinstance(out, BaseException):
                 continue
@@ -173,41 +194,28 @@ class GeneratorPort:
         return self.replicas[rid]
 
 
-def _fan_out(handles: Mapping[str, GeneratorHandle], method: str,
-             kwargs: Mapping[str, dict]) -> dict[str, object]:
-    """Calls ``method`` on every handle, all started before any is awaited (a handle with
-    ``start`` runs asynchronously; others run in turn). Returns replica id -> result, or
-    the exception that call raised: every call is waited for, so a failing replica never
-    leaves another's result (generated tokens) unread."""
+def _fan_out(handles: Mapping[str, GeneratorHandle], method: str | Callable[[str], str],
+             kwargs: Mapping[str, dict]) -> Steps[dict[str, object]]:
+    """Calls ``method`` (or ``method(replica id)``) on every handle, all started before
+    any is waited for (a handle with ``start`` runs asynchronously; others run in turn).
+    Returns replica id -> result, or the exception that call raised: every call is waited
+    for, so a failing replica never leaves another's result (generated tokens) unread."""
     started: dict[str, object] = {}
     for rid, h in handles.items():
+        name = method(rid) if callable(method) else method
         try:
             if hasattr(h, "start"):
-                started[rid] = h.start(method, **kwargs[rid])
+                started[rid] = h.start(name, **kwargs[rid])
             else:
-                started[rid] = _Done(getattr(h, method)(**kwargs[rid]))
+                started[rid] = Done(getattr(h, name)(**kwargs[rid]))
         except Exception as e:  # noqa: BLE001 - reported by _raise_first
-            started[rid] = _Done(e)
-    out: dict[str, object] = {}
-    for rid, p in started.items():
-        try:
-            out[rid] = p.get()
-        except Exception as e:  # noqa: BLE001 - reported by _raise_first
-            out[rid] = e
-    return out
+            started[rid] = Done(e)
+    if not started:
+        return {}
+    return (yield started)
 
 
 def _raise_first(results: Mapping[str, object]) -> None:
     for rid, r in results.items():
         if isinstance(r, BaseException):
             raise r
-
-
-class _Done:
-    """An already finished call (a handle without ``start``) or its exception."""
-
-    def __init__(self, value: object):
-        self.value = value
-
-    def get(self) -> object:
-        return self.value
