@@ -47,8 +47,8 @@ def main(argv=None) -> int:
     from pivot.roles.engine.config import EngineConfig
     from pivot.roles.engine.memory import tree_rss
     from pivot.roles.engine.tiny import make_tiny_qwen3
-    from pivot.roles.generator import spawn_generators
     from pivot.testing.engine import random_state_dict
+    from pivot.testing.generator import spawn_generators
 
     model = a.model or str(make_tiny_qwen3(os.path.join(ROOT, "cache", "engine_tiny")))
     cfg = EngineConfig(model, cache_dir=os.path.join(ROOT, "cache"))

@@ -18,5 +18,7 @@ Submodules mirror the product packages they stand in for; import them directly (
 - ``rl``: ``ManualClock``, in-memory RL-loop ports and ``fake_loop``.
 - ``reliability``: ``StaticSource`` (a ``LiveSource`` over a mutated ``ControlState``).
 - ``engine``: ``random_state_dict``, fresh random weights for a tiny Qwen3 folder.
+- ``generator``: ``GeneratorActor`` (one vLLM engine behind a Monarch actor of its own,
+  outside a device slot), ``ActorHandle`` and ``spawn_generators``.
 - ``runtime``: ``spawn_per_host`` (one service actor per host of an allocation).
 """

@@ -34,7 +34,7 @@ def _collect_until(port, want, timeout_s):
 
 
 def test_a_killed_replica_s_sequences_finish_elsewhere_with_their_prefix(engine_config):
-    from pivot.roles.generator import ActorHandle, spawn_generators
+    from pivot.testing.generator import ActorHandle, spawn_generators
 
     actors, procs, failures = spawn_generators(2, engine_config, setup=False)
     try:

@@ -19,7 +19,7 @@ SPEC = SampleSpec(max_tokens=N, ignore_eos=True)
 
 @pytest.fixture(scope="module")
 def generators(engine_config):
-    from pivot.roles.generator import ActorHandle, spawn_generators
+    from pivot.testing.generator import ActorHandle, spawn_generators
 
     actors, procs, failures = spawn_generators(2, engine_config)
     yield {rid: ActorHandle(a) for rid, a in actors.items()}, actors, failures
