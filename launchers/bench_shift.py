@@ -22,7 +22,6 @@ import statistics
 import time
 from pathlib import Path
 
-import torch
 
 from pivot.gps.actor import GPSActor
 from pivot.gps.layout import ModelMeta, plan_storage
@@ -30,18 +29,13 @@ from pivot.runtime.gps_source import GPSParameterSource
 from pivot.runtime.mesh import MeshController
 from pivot.runtime.provision import spawn_host_service, spawn_on
 from pivot.runtime.slot import SlotActor
-from pivot.testing.shifting import InferenceContext, TinyMLP, TrainingContext
+from pivot.testing.shifting import InferenceContext, TinyMLP, TrainingContext, tiny_mlp_state
 from pivot.types import GENRM, POLICY, Role
 
 log = logging.getLogger("bench_shift")
 
 POLICY_SIZES = (256, 1024, 512, 256)   # 0.92 M params, 3.7 MB fp32
 GENRM_SIZES = (256, 768, 768, 256)     # 0.99 M params, 3.9 MB fp32
-
-
-def state_dict(sizes, seed):
-    torch.manual_seed(seed)
-    return {k: v.detach().clone() for k, v in TinyMLP(sizes)().state_dict().items()}
 
 
 def mb(sd) -> float:
@@ -62,7 +56,7 @@ def timed(fn, *args):
 
 
 def run(devices: int, reps: int, kv_mib: int, threads: int | None) -> dict:
-    models = {POLICY: state_dict(POLICY_SIZES, 0), GENRM: state_dict(GENRM_SIZES, 1)}
+    models = {POLICY: tiny_mlp_state(POLICY_SIZES, 0), GENRM: tiny_mlp_state(GENRM_SIZES, 1)}
     metas = {m: ModelMeta.from_state_dict(m, sd) for m, sd in models.items()}
     storage = plan_storage(list(metas.values()), 1, 1 << 30)
     gps = spawn_host_service("gps", GPSActor, 0, storage, metas)

@@ -84,7 +84,8 @@ class RLLoop:
         rollout / reward / trainer / control: the driver's ports.
         cfg: loop timing and checkpoints.
         run_dir: where checkpoints go (None: no checkpoints).
-        clock: ``now()`` callable with an async ``sleep`` (``WallClock``, ``ManualClock``).
+        clock: ``now()`` callable with an async ``sleep`` (``WallClock``;
+            tests use ``pivot.testing.rl.ManualClock``).
         on_step: called with each step's metrics dict (JSONL writer, wandb, progress bar);
             may be a coroutine function.
         extra_state: returns driver state to checkpoint (e.g. the allocation trace).

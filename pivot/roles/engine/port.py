@@ -7,8 +7,9 @@ Each operation is written once as steps (``pivot.runtime.waits``): ``apply`` and
 caller on the RL loop's event loop.
 
 A handle is anything with the ``StepLoop`` calls ``submit`` / ``abort`` / ``collect`` /
-``first_tokens``: a ``StepLoop`` in this process, or ``ActorHandle`` over a Monarch
-generator actor (``pivot.roles.generator``).
+``first_tokens``: a ``StepLoop`` in this process, the local driver's ``SlotHandle`` over
+a device slot (``pivot.local.fleet``), or a test's ``ActorHandle``
+(``pivot.testing.generator``).
 """
 
 from __future__ import annotations
