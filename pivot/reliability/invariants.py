@@ -66,6 +66,9 @@ class ControlState:
             None skips I1's ledger part.
         engines: replica id -> what its engine runs; None skips the engine cross-check.
         training_devices: devices training holds.
+        awaiting_migration: devices active in the map for an inference replica that its
+            scheduler does not hold yet: a shift up whose migrate-up stage waits for the
+            fleet (the local driver's shifts run beside its polls). Not orphans.
     """
 
     schedulers: Mapping[Role, ShiftAwareScheduler]
@@ -76,6 +79,7 @@ class ControlState:
     expected_live: Mapping[Role, set[int]] | None = None
     engines: Mapping[str, EngineReplica] | None = None
     training_devices: tuple[int, ...] = ()
+    awaiting_migration: frozenset[int] = frozenset()
 
 
 def check_state(s: ControlState) -> list[str]:
@@ -131,7 +135,8 @@ def _devices(s: ControlState) -> list[str]:
     for d in s.training_devices:
         out += training_device(d, states[d])
     orphan = [d for d, st in enumerate(states)
-              if st.kind is SlotKind.ACTIVE and d not in owner]
+              if st.kind is SlotKind.ACTIVE and d not in owner
+              and d not in s.awaiting_migration]
     if orphan:
         out.append(f"I3 devices {orphan[:10]} are active in the device map but no replica "
                    f"or training holds them")

@@ -209,11 +209,13 @@ class LocalChecker:
         st = self.stats
         st.checks[where] = st.checks.get(where, 0) + 1
         expected, out = self._expected()
+        mid_shift = where == "poll" and self._in_tick > 0
         out += check_state(ControlState(
             self.fleet.schedulers, self.ctl.device_map, self.wf.version, self.wf.released,
-            self.staleness, expected, None, tuple(self.control.training_devices())))
+            self.staleness, expected, None, tuple(self.control.training_devices()),
+            self._awaiting_migration() if mid_shift else frozenset()))
         out += self._port()
-        out += self._device_states(mid_shift_ok=where == "poll" and self._in_tick > 0)
+        out += self._device_states(mid_shift_ok=mid_shift)
         out += self._kv()
         if where == "poll":
             out += self._engines()
@@ -303,6 +305,15 @@ class LocalChecker:
             out.append(f"I3 devices {bad[:10]} are in {[seen[d] for d in bad[:10]]} slot "
                        f"states")
         return out
+
+    def _awaiting_migration(self) -> frozenset[int]:
+        """Devices up in the map for an inference replica its scheduler does not hold yet
+        (a shift whose migrate-up waits for this poll to finish)."""
+        dm = self.ctl.device_map
+        return frozenset(
+            d for d, st in enumerate(dm.states)
+            if st.kind is SlotKind.ACTIVE and st.role in self.fleet.schedulers
+            and st.replica_id not in self.fleet.schedulers[st.role].replicas)
 
     def _kv(self) -> list[str]:
         return [f"I4 {role.value} replica {rid}: {v.num_tokens} tokens exceed its KV "
