@@ -22,7 +22,7 @@ from typing import Any, TextIO
 log = logging.getLogger("pivot.launch")
 
 CONSOLE_INFO = ("pivot.launch", "pivot.local.group", "pivot.local.stack",
-                "pivot.local.driver", "pivot.models")
+                "pivot.local.driver", "pivot.models.build")
 """Loggers whose INFO lines reach the console (which driver, the model build, engine
 start-up, where the run folder is); other loggers reach it from WARNING on, and only
 ``pivot``'s: a library's warnings go to run.log."""
@@ -216,6 +216,8 @@ def run_and_report(driver: Any, files: Sequence[str], run_dir: Path, verbose: bo
         (run_dir / "operative_config.gin").write_text(config)
         wb = init_wandb(run_dir, name=run_dir.name, config_str=config)
         try:
+            if hasattr(driver, "prepare"):
+                driver.prepare()
             with progress_bar(driver.steps, disable=not progress, file=con.out) as bar:
                 result = driver.run(progress=bar)
         except ConfigError as e:

@@ -345,6 +345,12 @@ class LocalDriver:
                 {"trace": res.trace, "shifts": res.shifts}))
         return res
 
+    def prepare(self) -> None:
+        """What comes before the run's first step and its progress bar: the tiny models
+        are built here on first use (a few minutes), unless a started stack is reused."""
+        if self.stack is None:
+            self.group.model_dirs()
+
     def close(self) -> None:
         """Closes the run's files; stops the stack only if this run started it."""
         run_closers(self._closers)

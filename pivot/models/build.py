@@ -182,11 +182,16 @@ def build_models(cache_dir: str | os.PathLike[str] | None = None,
 
         policy = train("policy", pol, cfg.policy_sft)
         results["policy"].update(asdict(evaluate_policy(policy, tok, cfg)))
-        logger.info("policy: %s", results["policy"])
+        r = results["policy"]
+        logger.info("policy built: %d parameters, SFT %.0f s, accuracy@1 %.2f", r["params"],
+                    r["sft_seconds"], r["accuracy_at_1"])
+        logger.debug("policy: %s", r)
         _save(policy, tok, p.policy)
         genrm = train("genrm", genrm_examples(cfg, problems, policy, tok), cfg.genrm_sft)
         results["genrm"].update(evaluate_genrm(genrm, tok, cfg, policy))
-        logger.info("genrm: %s", results["genrm"])
+        logger.info("GenRM built: %d parameters, SFT %.0f s", results["genrm"]["params"],
+                    results["genrm"]["sft_seconds"])
+        logger.debug("genrm: %s", results["genrm"])
         _save(genrm, tok, p.genrm)
         if p.tokenizer.exists():
             shutil.rmtree(p.tokenizer)
