@@ -124,7 +124,8 @@ class Fleet:
 
     # ---- blocking and awaiting forms of the steps below ----------------------------
     def submit(self, role: Role, trajs: Sequence[Trajectory]) -> None:
-        run_blocking(self.submit_steps(role, trajs))
+        self.register(role, trajs)
+        run_blocking(self.dispatch_steps())
 
     def dispatch(self) -> None:
         run_blocking(self.dispatch_steps())
@@ -139,8 +140,12 @@ class Fleet:
         run_blocking(self.reload_policy_steps(devices))
 
     async def submit_async(self, role: Role, trajs: Sequence[Trajectory]) -> None:
+        """Queues at once (the sequences are in the scheduler before the caller can be
+        suspended: no tick sees them in nobody's hands), then dispatches under the lock.
+        Queueing commutes with any operation in flight: it only adds waiting sequences."""
+        self.register(role, trajs)
         async with self.lock:
-            await run_async(self.submit_steps(role, trajs))
+            await run_async(self.dispatch_steps())
 
     async def poll_async(self) -> None:
         async with self.lock:
@@ -158,7 +163,9 @@ class Fleet:
             return await run_async(self.apply_steps(actions_of()))
 
     # ---- submission ----------------------------------------------------------------
-    def submit_steps(self, role: Role, trajs: Sequence[Trajectory]) -> Steps[None]:
+    def register(self, role: Role, trajs: Sequence[Trajectory]) -> None:
+        """Puts the trajectories' sequences (responses, or judgements of their responses)
+        into the role's waiting queue and the port's sequence table."""
         sched = self.schedulers[role]
         for t in trajs:
             self.trajs[t.traj_id] = t
@@ -171,7 +178,6 @@ class Fleet:
             self.port.sequences[sid] = SequenceState(sid, model, len(prompt), cap,
                                                      prompt_tokens=prompt)
             sched.submit(SequenceState(sid, model, len(prompt), cap))
-        yield from self.dispatch_steps()
 
     def dispatch_steps(self) -> Steps[None]:
         for role in (Role.ROLLOUT, Role.REWARD):
