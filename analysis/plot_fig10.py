@@ -43,7 +43,7 @@ def main(path: str = "results/sim/fig10.json") -> None:
         axes[2][col].set_xlabel("virtual time (s)")
     fig.suptitle(f"{data['group']}: throughput and allocation (sim)", fontsize=10)
     fig.tight_layout()
-    fig.savefig(ROOT / "results/sim/fig10.png", dpi=110)
+    fig.savefig((ROOT / path).with_suffix(".png"), dpi=110)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ def main(path: str = "results/sim/fig11.json") -> None:
             ax.set_ylabel("throughput / disaggregated", fontsize=8)
             ax.set_title(f"{g}: {name}", fontsize=9)
     fig.tight_layout()
-    fig.savefig(ROOT / "results/sim/fig11.png", dpi=110)
+    fig.savefig((ROOT / path).with_suffix(".png"), dpi=110)
 
 
 if __name__ == "__main__":

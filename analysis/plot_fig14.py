@@ -26,7 +26,7 @@ def main(path: str = "results/sim/fig14.json") -> None:
     ax2.set_ylabel("shifts per step")
     ax.set_title(f"{data['group']}: sensitivity to H (sim)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(ROOT / "results/sim/fig14.png", dpi=110)
+    fig.savefig((ROOT / path).with_suffix(".png"), dpi=110)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ def main(path: str = "results/sim/fig9.json") -> None:
             ax.text(i, means[i], f"({row['speedup_over_' + d]:.2f}x)", ha="center",
                     va="bottom", fontsize=7)
     fig.tight_layout()
-    fig.savefig(ROOT / "results/sim/fig9.png", dpi=120)
+    fig.savefig((ROOT / path).with_suffix(".png"), dpi=120)
 
 
 if __name__ == "__main__":

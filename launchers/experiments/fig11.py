@@ -3,7 +3,7 @@ component ablation (vanilla, + throughput model, + migration = full) for
 Qwen2.5-1.5B & GLM-Z1-9B and Qwen2.5-7B & Qwen3-30B-A3B; throughput relative to
 disaggregated.
 
-    python launchers/experiments/fig11.py [--seeds 3] [--steps 5] [--prompts 32]
+    python launchers/experiments/fig11.py [--seeds 3] [--steps 5] [--prompts 32] [--n N]
 
 The static and rule-based strategies start from the disaggregated split (chosen in
 results/sim/fig9.json when present, else table 4). Writes results/sim/fig11.json; the
@@ -18,7 +18,7 @@ import statistics
 
 from pivot.paths import REPO_ROOT as ROOT
 
-from pivot.sim.experiments import chosen_split, run_many, wandb_log
+from pivot.sim.experiments import chosen_split, regime, run_many, wandb_log
 
 GROUPS = ["qwen1.5b_glm9b", "qwen7b_30b"]
 STRATEGIES = ["disaggregated", "static", "rule_based", "pivotrl"]
@@ -30,7 +30,9 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--prompts", type=int, default=32)
+    p.add_argument("--n", type=int, default=None, help="responses per prompt (default: gin)")
     a = p.parse_args()
+    binds, tag = regime(a.prompts, a.n)
     deps = STRATEGIES + COMPONENTS
     jobs = []
     for g in GROUPS:
@@ -38,9 +40,9 @@ def main() -> None:
             src = "disaggregated" if d in ("static", "rule_based") else (
                 "pivotrl" if d in COMPONENTS else d)
             for s in range(a.seeds):
-                jobs.append((g, d, tuple([f"ModelGroup.prompts_per_step = {a.prompts}",
+                jobs.append((g, d, tuple([*binds,
                                           f"SimDriver.steps = {a.steps}", f"SimDriver.seed = {s}"]
-                                         + chosen_split(g, src)), False))
+                                         + chosen_split(g, src, tag)), False))
     runs = run_many(jobs)
     table = {}
     for g in GROUPS:
@@ -56,7 +58,7 @@ def main() -> None:
             row[d]["over_disaggregated"] = row[d]["mean"] / base
         table[g] = row
         print(g, "  ".join(f"{d}={row[d]['over_disaggregated']:.2f}x" for d in deps))
-    (ROOT / "results/sim/fig11.json").write_text(json.dumps(
+    (ROOT / f"results/sim/fig11{tag}.json").write_text(json.dumps(
         {"settings": vars(a), "table": table}, indent=1))
     for g, row in table.items():
         wandb_log(f"fig11_{g}", {"group": g},

@@ -1,7 +1,7 @@
 """Fig. 14: PivotRL's throughput and shifts per step against the horizon H (sec. 7.3),
 Qwen2.5-7B & Qwen3-30B-A3B.
 
-    python launchers/experiments/fig14.py [--seeds 3] [--steps 5] [--prompts 32]
+    python launchers/experiments/fig14.py [--seeds 3] [--steps 5] [--prompts 32] [--n N]
 
 Writes results/sim/fig14.json; the plot is analysis/plot_fig14.py.
 """
@@ -14,7 +14,7 @@ import statistics
 
 from pivot.paths import REPO_ROOT as ROOT
 
-from pivot.sim.experiments import chosen_split, run_many, wandb_log
+from pivot.sim.experiments import chosen_split, regime, run_many, wandb_log
 
 GROUP = "qwen7b_30b"
 HS = [0.01, 5, 30, 60, 90, 120, 600]
@@ -25,8 +25,10 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--prompts", type=int, default=32)
+    p.add_argument("--n", type=int, default=None, help="responses per prompt (default: gin)")
     a = p.parse_args()
-    jobs = [(GROUP, "pivotrl", tuple([f"ModelGroup.prompts_per_step = {a.prompts}",
+    binds, tag = regime(a.prompts, a.n)
+    jobs = [(GROUP, "pivotrl", tuple([*binds,
                                       f"SimDriver.steps = {a.steps}", f"SimDriver.seed = {s}",
                                       f"PivotPlanner.H = {float(h)}"]
                                      + chosen_split(GROUP, "pivotrl")), False)
@@ -41,7 +43,7 @@ def main() -> None:
         print(f"H={h:<6} {rows[-1]['throughput']:8.0f} tok/s  "
               f"{rows[-1]['shifts_per_step']:.1f} shifts/step")
         wandb_log(f"fig14_H{h}", {"H": h}, rows[-1], group="fig14")
-    (ROOT / "results/sim/fig14.json").write_text(json.dumps(
+    (ROOT / f"results/sim/fig14{tag}.json").write_text(json.dumps(
         {"group": GROUP, "settings": vars(a), "rows": rows}, indent=1))
 
 

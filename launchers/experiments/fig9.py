@@ -1,11 +1,12 @@
 """Fig. 9: end-to-end throughput of the four deployments for the four model groups.
 
-    python launchers/experiments/fig9.py [--seeds 3] [--steps 5] [--prompts 32]
+    python launchers/experiments/fig9.py [--seeds 3] [--steps 5] [--prompts 32] [--n N]
 
 First searches each baseline's best static split (app. E / table 4; ``pivot.sim.search``)
 with one seed and ``--search_steps`` steps, then runs the chosen splits with every seed.
-Writes results/sim/fig9.json (mean, std per cell, PivotRL's speedups, the chosen splits
-and every split tried); the plot is analysis/plot_fig9.py.
+Writes results/sim/fig9.json (``--prompts 512 --n 16``: fig9_p512n16.json; mean, std per
+cell, PivotRL's speedups, the chosen splits and every split tried); the plot is
+analysis/plot_fig9.py.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import time
 
 from pivot.paths import REPO_ROOT as ROOT
 
-from pivot.sim.experiments import GROUPS, run_many, search, wandb_log
+from pivot.sim.experiments import GROUPS, regime, run_many, search, wandb_log
 
 DEPS = ["colocated", "disaggregated", "rr_colocated", "pivotrl"]
 
@@ -27,6 +28,7 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--prompts", type=int, default=32)
+    p.add_argument("--n", type=int, default=None, help="responses per prompt (default: gin)")
     p.add_argument("--search_steps", type=int, default=5)
     p.add_argument("--no_search", action="store_true", help="use table 4's splits")
     p.add_argument("--groups", nargs="*", default=GROUPS)
@@ -34,7 +36,7 @@ def main() -> None:
     a = p.parse_args()
     t0 = time.perf_counter()
     splits, searches = {}, {}
-    base = [f"ModelGroup.prompts_per_step = {a.prompts}"]
+    base, tag = regime(a.prompts, a.n)
     for g in a.groups:
         for d in DEPS[1:]:
             if a.no_search:
@@ -72,7 +74,7 @@ def main() -> None:
            "events": events, "events_per_s": events / sim_wall, "table": table,
            "searches": searches, "runs": runs}
     (ROOT / "results/sim").mkdir(parents=True, exist_ok=True)
-    (ROOT / "results/sim/fig9.json").write_text(json.dumps(out, indent=1))
+    (ROOT / f"results/sim/fig9{tag}.json").write_text(json.dumps(out, indent=1))
     for r in runs:
         wandb_log(f"fig9_{r['group']}_{r['deployment']}_s{r['seed']}",
                   {"bindings": r["bindings"], "group": r["group"],

@@ -111,11 +111,23 @@ def wandb_log(name: str, config: dict, metrics: dict, group: str | None = None) 
     wb.finish()
 
 
-def chosen_split(group: str, dep: str) -> list[str]:
-    """Bindings of the split fig. 9's search chose (results/sim/fig9.json), else []
-    (table 4's split from the group's gin file)."""
+def regime(prompts: int, n: int | None) -> tuple[list[str], str]:
+    """The bindings of a batch regime (prompts per step, responses per prompt; ``n`` None:
+    the group's gin value) and the suffix of its result files: none for the first
+    regime the figures were measured at (32 prompts, gin n), ``_p512n16`` for verl's
+    DAPO batch (512 x 16), and so on."""
+    binds = [f"ModelGroup.prompts_per_step = {prompts}"]
+    if n is not None:
+        binds.append(f"ModelGroup.n = {n}")
+    tag = "" if prompts == 32 and n is None else f"_p{prompts}" + ("" if n is None else f"n{n}")
+    return binds, tag
+
+
+def chosen_split(group: str, dep: str, tag: str = "") -> list[str]:
+    """Bindings of the split fig. 9's search chose (results/sim/fig9<tag>.json, ``tag``
+    from ``regime``), else [] (table 4's split from the group's gin file)."""
     import json
-    path = ROOT / "results/sim/fig9.json"
+    path = ROOT / f"results/sim/fig9{tag}.json"
     if not path.is_file():
         return []
     found = json.loads(path.read_text()).get("searches", {}).get(f"{group}/{dep}")
