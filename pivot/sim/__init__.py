@@ -9,9 +9,10 @@ from pivot.sim.driver import SimDriver
 from pivot.sim.lengths import LengthModel
 from pivot.sim.phased import ColocatedPlanner, RolloutRewardColocatedPlanner
 from pivot.sim.profile import ModelProfile, ShiftCost, TrainingProfile
+from pivot.sim.roofline import Architecture
 
 gin.external_configurable(StandIn, module="pivot.sim")
 
 __all__ = ["SimDriver", "Deployment", "ModelGroup", "LengthModel", "ModelProfile",
-           "ShiftCost", "TrainingProfile", "StandIn", "ColocatedPlanner",
+           "ShiftCost", "TrainingProfile", "StandIn", "Architecture", "ColocatedPlanner",
            "RolloutRewardColocatedPlanner"]

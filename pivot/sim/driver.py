@@ -86,7 +86,9 @@ class SimDriver:
                        if d.binary_scheduler else self.models)
         self.schedulers = {r: ShiftAwareScheduler(r, sched_model[r],
                                                   migrate_on_shift_up=d.migrate_on_shift_up,
-                                                  kv_reserve=kv_reserve)
+                                                  kv_reserve=kv_reserve,
+                                                  # the engine's batch cap (vLLM max_num_seqs)
+                                                  max_seqs=profiles[r].max_num_seqs)
                            for r in INFERENCE_ROLES}
         self.clock = VirtualClock()
         self.workflow = Workflow(g.prompts_per_step, g.n, steps, d.staleness, g.lengths,

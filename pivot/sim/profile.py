@@ -15,7 +15,9 @@ import gin
 from pivot.config.validation import check, check_bool, check_range, check_text
 from pivot.errors import ConfigError
 from pivot.scheduler.throughput import ThroughputModel
+from pivot.sim import roofline
 from pivot.sim.calibration import H20_BF16_TFLOPS, StandIn, h20_profile
+from pivot.sim.roofline import Architecture
 
 H20_MEMORY_BYTES = 96e9
 """Per-device HBM of the paper's H20 (sec. 8.1)."""
@@ -31,10 +33,14 @@ class ModelProfile:
         params_b / active_params_b: total and per-token active parameters, billions.
         kv_bytes_per_token: KV cache bytes per token over all layers (bf16).
         devices: devices per replica, TP x EP (table 1).
-        stand_in: the calibrated H100 configuration its decode model is scaled from.
+        arch: the model's shape (its ``config.json``); decode and prefill then come from
+            the H20 roofline and the fitted serving overheads (``pivot.sim.roofline``).
+        stand_in: the calibrated H100 configuration its decode model is scaled from
+            (used only without ``arch``).
         prefill_mfu: fraction of H20 bf16 peak a prefill reaches (compute bound).
         mem_util: fraction of HBM vLLM may use (``gpu_memory_utilization``).
-        throughput: explicit A, B, C, D (seconds); None means fit from ``stand_in``.
+        max_num_seqs: the engine's batch cap (vLLM ``max_num_seqs``; None: KV only).
+        throughput: explicit A, B, C, D (seconds); None means ``arch`` or ``stand_in``.
     """
 
     name: str
@@ -46,6 +52,8 @@ class ModelProfile:
     prefill_mfu: float = 0.5
     mem_util: float = 0.9
     throughput: ThroughputModel | None = None
+    arch: Architecture | None = None
+    max_num_seqs: int | None = None
 
     def __post_init__(self) -> None:
         b = "ModelProfile"   # scoped in the gin files: policy/ModelProfile, genrm/ModelProfile
@@ -64,9 +72,24 @@ class ModelProfile:
               self.stand_in, "must be a StandIn (e.g. @policy/StandIn()) or None")
         check(self.throughput is None or isinstance(self.throughput, ThroughputModel),
               f"{b}.throughput", self.throughput, "must be a ThroughputModel or None")
-        if self.stand_in is None and self.throughput is None:
-            raise ConfigError(f"ModelProfile {self.name}: bind ModelProfile.stand_in (a "
-                              f"calibration row) or ModelProfile.throughput")
+        check(self.arch is None or isinstance(self.arch, Architecture), f"{b}.arch",
+              self.arch, "must be an Architecture (e.g. @policy/Architecture()) or None")
+        if self.max_num_seqs is not None:
+            check_range(f"{b}.max_num_seqs", self.max_num_seqs, 1, integer=True,
+                        why=f"{self.name}: the engine's batch cap, or None")
+        if self.stand_in is None and self.throughput is None and self.arch is None:
+            raise ConfigError(f"ModelProfile {self.name}: bind ModelProfile.arch (the "
+                              f"model's shape), ModelProfile.stand_in (a calibration row) "
+                              f"or ModelProfile.throughput")
+        if self.arch is not None:
+            total = self.arch.total_params / 1e9
+            if abs(total - self.params_b) > 0.05 * self.params_b:
+                raise ConfigError(f"ModelProfile {self.name}: params_b={self.params_b} but "
+                                  f"its Architecture has {total:.2f} B parameters; fix one")
+            if self.arch.kv_bytes_per_token != self.kv_bytes_per_token:
+                raise ConfigError(f"ModelProfile {self.name}: kv_bytes_per_token="
+                                  f"{self.kv_bytes_per_token} but its Architecture has "
+                                  f"{self.arch.kv_bytes_per_token}; fix one")
         if self.kv_capacity() <= 0:
             raise ConfigError(
                 f"ModelProfile {self.name}: {self.weight_bytes / 1e9:.0f} GB of weights "
@@ -81,6 +104,8 @@ class ModelProfile:
         """A, B, C, D of this model on one replica (fitted, then scaled to H20)."""
         if self.throughput is not None:
             return self.throughput
+        if self.arch is not None:
+            return _roofline(self.arch, self.devices)
         return _fitted(self.stand_in)
 
     def kv_capacity(self) -> int:
@@ -89,9 +114,17 @@ class ModelProfile:
         return int(free / self.kv_bytes_per_token)
 
     def prefill_rate(self) -> float:
-        """Prefill tokens per second of one replica: 2 x active params FLOPs per token."""
+        """Prefill tokens per second of one replica: 2 x active params FLOPs per token
+        (with ``arch``: compute parameters plus attention, ``roofline.prefill_rate``)."""
+        if self.arch is not None:
+            return roofline.prefill_rate(self.arch, self.devices, self.prefill_mfu)
         flops = self.devices * H20_BF16_TFLOPS * 1e12 * self.prefill_mfu
         return flops / (2.0 * self.active_params_b * 1e9)
+
+
+@functools.lru_cache(maxsize=32)
+def _roofline(arch: Architecture, devices: int) -> ThroughputModel:
+    return roofline.decode_model(arch, devices)
 
 
 @functools.lru_cache(maxsize=32)
@@ -103,38 +136,50 @@ def _fitted(stand_in: StandIn) -> ThroughputModel:
 @dataclass(frozen=True)
 class TrainingProfile:
     """Policy training time per RL step: actor update plus, optionally, the old log-prob
-    forward (sec. 8.1; verl's step split).
+    (and reference log-prob) forward (sec. 8.1; verl's step split). Two parameters per
+    phase, on the phase's FLOPs k * P * tokens (k = 6 for the update, forward + backward;
+    2 for a log-prob forward; P the active parameters; peak one H20's bf16 FLOP/s):
 
-    Each phase is Amdahl's law on its FLOPs, two parameters per phase:
+        update:    seconds = 6 P tokens / (peak * mfu) * max(serial, 1 / devices)
+        log-prob:  seconds = 2 P tokens / (peak * mfu) * (serial + (1 - serial) / devices)
 
-        seconds = k * P * tokens / (peak * mfu) * (serial + (1 - serial) / devices)
-
-    with k = 6 (update: forward + backward) or 2 (old log-prob: forward), P the active
-    parameters and peak one H20's bf16 FLOP/s. ``serial`` is the fraction of the work that
-    does not shrink with devices (for a fixed workload: a fixed per-step time F plus
-    b / devices, F / (F + b) = serial); ``mfu`` the efficiency of one device doing all of
-    it. Both pairs are fitted by least squares to every verl DAPO 7B row (32/64/128-card
-    colocated, 16/32/64-card fully async trainers; ``pivot.sim.calibrate.VERL_ROWS``) by
-    ``launchers/calibrate.py``. That the serial part scales with FLOPs (rather than being
-    fixed seconds, or scaling with parameters only) is an assumption: verl's rows all
-    train one model on one workload, so they cannot tell these apart.
+    The update is its parallel work or a floor that more devices do not lower, whichever is
+    longer: verl's update runs train_batch / ppo_mini_batch = 16 optimizer steps one after
+    another, each at least as long as its longest sequence (up to 2K + 28K tokens) takes on
+    one sequence-parallel group (4 devices): a 30K-token sequence of Qwen2.5-7B is 6 x 7.07 G
+    linear plus ~18 G attention FLOPs a token, 7.6 s at MFU 0.4, 16 x 7.6 = 122 s. verl's rows show
+    exactly this: the update halves from 32 to 64 colocated devices (269.8 -> 133.4 s) and
+    from 16 to 32 fully async ones (313.8 -> 157.0 s), then stops at 113.8 s (128
+    colocated) and 113.2 s (64 fully async), the same floor in both trainers. The old
+    log-prob pass (one forward, no optimizer steps) follows Amdahl's law (serial: the
+    fraction that does not shrink with devices). ``mfu`` is the efficiency of one device
+    doing all the work. Fitted by ``launchers/calibrate.py`` to verl's DAPO 7B rows of each
+    trainer (``pivot.sim.calibrate.fit_floor`` / ``fit_amdahl``). That the floor and the
+    serial part scale with FLOPs (rather than with the longest sequence) is an assumption:
+    verl's rows train one model on one workload, so they cannot tell these apart.
 
     Attributes:
         devices: training devices (table 4's training column).
         update_mfu / logprob_mfu: efficiency of the work at one device (fitted).
-        update_serial / logprob_serial: Amdahl serial fractions in [0, 1) (fitted; 0 gives
-            the one-parameter model seconds = work / (devices * peak * mfu)).
+        update_serial: the update's floor as a fraction of its one-device time, in [0, 1)
+            (fitted; 0: no floor, seconds = work / (devices * peak * mfu)).
+        logprob_serial: the log-prob pass's Amdahl serial fraction in [0, 1) (fitted).
         old_logprob: whether a step recomputes old log-probs (verl colocated does; verl's
             fully async trainer takes them from the rollout).
+        ref_logprob: whether a step runs the reference model's forward pass for a KL term
+            (verl with ``use_kl_loss`` or ``use_kl_in_reward``; DAPO uses neither, verl's
+            GRPO 30B-A3B runs do). It is a forward over the same tokens as the old
+            log-prob pass, so it takes that phase's MFU and serial fraction.
         overhead_s: fixed seconds per step (0: the verl split has no separate term).
     """
 
     devices: int
-    update_mfu: float = 0.7047
-    logprob_mfu: float = 0.4029
-    update_serial: float = 0.01879
+    update_mfu: float = 0.5613      # gin/base.gin (verl fully async trainer fit)
+    logprob_mfu: float = 0.8748     # gin/base.gin (verl colocated trainer fit)
+    update_serial: float = 0.02253
     logprob_serial: float = 0.01501
     old_logprob: bool = True
+    ref_logprob: bool = False
     overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
@@ -143,8 +188,9 @@ class TrainingProfile:
             check_range(f"TrainingProfile.{k}", getattr(self, k), 0, 1, open_lo=True)
         for k in ("update_serial", "logprob_serial"):
             check_range(f"TrainingProfile.{k}", getattr(self, k), 0, 1, open_hi=True,
-                        why="Amdahl serial fraction")
+                        why="floor / serial fraction of the one-device time")
         check_bool("TrainingProfile.old_logprob", self.old_logprob)
+        check_bool("TrainingProfile.ref_logprob", self.ref_logprob)
         check_range("TrainingProfile.overhead_s", self.overhead_s, 0, why="seconds")
 
     @staticmethod
@@ -153,13 +199,22 @@ class TrainingProfile:
         fraction ``serial``."""
         return flops / (H20_BF16_TFLOPS * 1e12 * mfu) * (serial + (1 - serial) / devices)
 
+    @staticmethod
+    def floored(flops: float, mfu: float, floor: float, devices: int) -> float:
+        """Seconds of ``flops`` on ``devices`` H20 with efficiency ``mfu``, never below
+        ``floor`` of the one-device time."""
+        return flops / (H20_BF16_TFLOPS * 1e12 * mfu) * max(floor, 1.0 / devices)
+
     def phase_seconds(self, policy: ModelProfile, tokens: int, devices: int) -> dict[str, float]:
         """Seconds of each training phase for a batch of ``tokens`` on ``devices``."""
         flops = policy.active_params_b * 1e9 * tokens
-        out = {"update_actor": self.amdahl(6.0 * flops, self.update_mfu, self.update_serial,
-                                           devices)}
+        out = {"update_actor": self.floored(6.0 * flops, self.update_mfu, self.update_serial,
+                                            devices)}
         if self.old_logprob:
             out["old_log_prob"] = self.amdahl(2.0 * flops, self.logprob_mfu,
+                                              self.logprob_serial, devices)
+        if self.ref_logprob:
+            out["ref_log_prob"] = self.amdahl(2.0 * flops, self.logprob_mfu,
                                               self.logprob_serial, devices)
         return out
 

@@ -96,10 +96,10 @@ def test_the_table_holds_a_case_for_every_validated_configurable():
     names = " ".join(c.name for c in GIN_CASES)
     details = " ".join(run_case(c).detail for c in GIN_CASES)
     for configurable in ("ModelGroup", "Deployment", "SimDriver", "ModelProfile", "StandIn",
-                         "TrainingProfile", "ShiftCost", "LengthModel", "PivotPlanner",
-                         "RuleBasedPlanner", "StaticPlanner", "forced_shift_planner",
-                         "LocalDriver", "LocalGroup", "PromptStream", "LoopConfig",
-                         "LocalChecker", "SoakConfig"):
+                         "Architecture", "TrainingProfile", "ShiftCost", "LengthModel",
+                         "PivotPlanner", "RuleBasedPlanner", "StaticPlanner",
+                         "forced_shift_planner", "LocalDriver", "LocalGroup",
+                         "PromptStream", "LoopConfig", "LocalChecker", "SoakConfig"):
         assert f"{configurable}." in details, (configurable, names)
 
 
