@@ -1,5 +1,5 @@
 """Fig. 10: rollout, reward and overall (eq. 1) throughput traces with each role's
-allocation and PivotRL's shifts, PivotRL beside disaggregated, Qwen2.5-7B & Qwen3-30B-A3B.
+allocation and PivotRL's shifts, for every deployment, Qwen2.5-7B & Qwen3-30B-A3B.
 
     python launchers/experiments/fig10.py [--steps 5] [--prompts 32] [--n N]
 
@@ -17,6 +17,9 @@ from pivot.paths import REPO_ROOT as ROOT
 from pivot.sim.experiments import chosen_split, regime, run_many, wandb_log
 
 GROUP = "qwen7b_30b"
+DEPS = ("colocated", "disaggregated", "rr_colocated", "pivotrl")
+"""Every deployment keeps its trace (analysis/sim_utilization.py splits their device-time);
+the figure draws them side by side, the paper's disaggregated beside PivotRL included."""
 
 
 def main() -> None:
@@ -30,9 +33,9 @@ def main() -> None:
     base = [*binds, f"SimDriver.steps = {a.steps}",
             f"SimDriver.seed = {a.seed}"]
     jobs = [(GROUP, d, tuple(base + chosen_split(GROUP, d, tag)), True)
-            for d in ("disaggregated", "pivotrl")]
+            for d in DEPS]
     runs = run_many(jobs)
-    keep = ("deployment", "throughput", "step_time", "split", "shifts", "trace",
+    keep = ("deployment", "devices", "throughput", "step_time", "split", "shifts", "trace",
             "shift_log", "train_steps", "bindings")
     out = {"group": GROUP, "settings": vars(a), "runs": [{k: r[k] for k in keep} for r in runs]}
     (ROOT / f"results/sim/fig10{tag}.json").write_text(json.dumps(out))
