@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def main(path: str = "results/sim/fig9.json") -> None:
     data = json.loads((ROOT / path).read_text())["table"]
     deps = ["colocated", "disaggregated", "rr_colocated", "pivotrl"]
-    fig, axes = plt.subplots(1, len(data), figsize=(4 * len(data), 3.2))
+    fig, axes = plt.subplots(1, len(data), figsize=(4 * len(data), 3.2), squeeze=False)
+    axes = axes[0]
     for ax, (g, row) in zip(axes, data.items()):
         means = [row[d]["mean"] / 1e3 for d in deps]
         stds = [row[d]["std"] / 1e3 for d in deps]
