@@ -197,7 +197,20 @@ class WorkloadSnapshot:
         raise StateError(f"{role} has no replica load; training shifts as a whole")
 
     def check(self) -> None:
-        """Validates the snapshot: every device in at most one place, replicas consistent."""
+        """Validates the snapshot: every device in at most one place, replicas consistent.
+
+        Sequences are checked for running on two replicas at once by set sizes (C speed,
+        the planner checks every tick); only a snapshot that fails it is walked sequence
+        by sequence, for the message."""
+        seen: set[int] = set()
+        count = 0
+        for load in (self.rollout, self.reward):
+            for r in load.replicas:
+                seen.update(r.running)
+                count += len(r.running)
+        self._check(walk_sequences=len(seen) != count)
+
+    def _check(self, walk_sequences: bool) -> None:
         owner: dict[int, str] = {}
         n = len(self.device_host)
 
@@ -223,7 +236,7 @@ class WorkloadSnapshot:
                 r.check()
                 for d in r.devices:
                     claim(d, f"replica {r.replica_id}")
-                for s in r.running:
+                for s in r.running if walk_sequences else ():
                     if s in seen_seq:
                         raise StateError(f"sequence {s} runs on both {seen_seq[s]} and "
                                          f"{r.replica_id}")

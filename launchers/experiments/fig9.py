@@ -35,16 +35,21 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2)
     a = p.parse_args()
     t0 = time.perf_counter()
-    splits, searches = {}, {}
+    splits, searches, reuse = {}, {}, {}
     base, tag = regime(a.prompts, a.n)
     for g in a.groups:
         for d in DEPS[1:]:
             if a.no_search:
                 splits[(g, d)] = []
                 continue
+            tried: dict = {}
             res = search(g, d, base + ["SimDriver.seed = 0",
-                                       f"SimDriver.steps = {a.search_steps}"], a.workers)
+                                       f"SimDriver.steps = {a.search_steps}"], a.workers,
+                         runs=tried)
             splits[(g, d)] = res.best.bindings()
+            if a.search_steps == a.steps:
+                # seed 0 at the chosen split is a run the search already made
+                reuse[(g, d)] = tried[res.best]
             searches[f"{g}/{d}"] = res.to_dict()
             print(f"{g} {d}: best split {res.best} ({res.best_throughput:.0f} tok/s, "
                   f"{len(res.tried)} tried)", flush=True)
@@ -53,7 +58,14 @@ def main() -> None:
     jobs = [(g, d, tuple(base + splits[(g, d)] + [f"SimDriver.seed = {s}",
                                                    f"SimDriver.steps = {a.steps}"]), False)
             for g in a.groups for d in DEPS for s in range(a.seeds)]
-    runs = run_many(jobs, a.workers)
+    todo = [j for j in jobs if not (j[2][-2] == "SimDriver.seed = 0" and (j[0], j[1]) in reuse)]
+    done = iter(run_many(todo, a.workers))
+    runs = []
+    for j in jobs:
+        if j in todo:
+            runs.append(next(done))
+        else:
+            runs.append({**reuse[(j[0], j[1])], "bindings": list(j[2])})
     wall = time.perf_counter() - t0
     table = {}
     for g in a.groups:

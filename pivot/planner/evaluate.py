@@ -65,9 +65,10 @@ class IncrementalShiftUp:
     tests/planner/test_evaluate.py); the executor's real migration is always cold.
 
     The what-if state builds no actions and keeps alg. 4's shortest-sequence heaps from
-    one candidate to the next (``WhatIfLoad.shortest_heaps``), so a step costs about its
-    own moves; tests/planner/test_evaluate_reference.py checks that every step's
-    throughput is bit-identical to the real scheduler running the same migrations.
+    one candidate to the next (``WhatIfLoad.shortest_heaps``, or its array pool for the
+    compiled loop of ``pivot.scheduler.kernels``), so a step costs about its own moves;
+    tests/planner/test_evaluate_reference.py checks that every step's throughput is
+    bit-identical to the real scheduler running the same migrations.
     """
 
     def __init__(self, load: RoleLoad, model: ThroughputModel, migrate: bool = True,
@@ -77,11 +78,20 @@ class IncrementalShiftUp:
         self._k = 0
 
     def throughput_with(self, new_devices: Sequence[tuple[int, ...]]) -> float:
-        k = len(new_devices)
+        """T of the role with one new replica on each of ``new_devices``."""
+        return self._extend(len(new_devices), lambda i: new_devices[i])
+
+    def throughput_with_count(self, k: int) -> float:
+        """``throughput_with`` for ``k`` new replicas: they are identical and empty, so
+        their devices do not enter the model; the planner names them only for the plan
+        it picks."""
+        return self._extend(k, lambda i: ())
+
+    def _extend(self, k: int, devices) -> float:
         if k < self._k:
             raise ValueError("candidates must be evaluated in increasing k")
-        views = [ReplicaView(f"__up{i}", self._load.role, devs, self._load.kv_capacity)
-                 for i, devs in enumerate(new_devices[self._k:], start=self._k)]
+        views = [ReplicaView(f"__up{i}", self._load.role, devices(i), self._load.kv_capacity)
+                 for i in range(self._k, k)]
         if views:
             shift_up_migration(self._state, views, migrate=self._migrate)
         self._k = k

@@ -14,11 +14,12 @@ import gin
 
 from pivot.config.validation import check_bool, check_range
 from pivot.planner.base import Planner
-from pivot.planner.candidates import construct_candidates
+from pivot.planner.candidates import candidate_set
 from pivot.planner.evaluate import IncrementalShiftDown, IncrementalShiftUp, overall_throughput
 from pivot.planner.plan import ShiftDown, ShiftPlan
 from pivot.planner.shift_pairs import (ShiftPair, choose_shift_up_role, prepare_shift_pairs,
                                        role_throughput)
+from pivot.scheduler import kernels
 from pivot.scheduler.throughput import BinaryThroughputModel, ThroughputModel
 from pivot.types import Role, WorkloadSnapshot
 
@@ -47,6 +48,7 @@ class PivotPlanner(Planner):
         self.migrate = migrate
         self.min_replicas = min_replicas
         self.last_timings: dict[str, float] = {}
+        kernels.warm_up()  # the what-if loops' one-off compile, outside any tick
 
     def check_fits(self, devices: int, max_replicas: dict[Role, int], where: str) -> None:
         most = max(max_replicas.values())
@@ -72,6 +74,12 @@ class PivotPlanner(Planner):
 
     def _plan_inference(self, snap: WorkloadSnapshot, up: Role, t0: float,
                         idle_only: bool = False) -> ShiftPlan | None:
+        if not snap.rollout.num_seqs and not snap.reward.num_seqs:
+            # No sequence anywhere: eq. 1 gives T = 0 before and after every candidate, so
+            # every benefit is -phi <= 0 and none is chosen (the cluster waits on training).
+            self.last_timings = {"preprocess": time.perf_counter() - t0,
+                                 "construct": 0.0, "simulate": 0.0}
+            return None
         up_load = snap.role_load(up)
         other = Role.REWARD if up is Role.ROLLOUT else Role.ROLLOUT
         down_load = snap.role_load(other)
@@ -82,38 +90,46 @@ class PivotPlanner(Planner):
             pairs = _keep_replicas(pairs, other, len(down_load.replicas) - self.min_replicas)
         K = min(up_load.max_replicas - len(up_load.replicas), sum(p.r for p in pairs))
         t1 = time.perf_counter()
-        cands = construct_candidates(pairs, K) if K > 0 else {}
+        cands = candidate_set(pairs, K) if K > 0 else None
         t2 = time.perf_counter()
 
         n = {Role.ROLLOUT: snap.rollout.num_seqs, Role.REWARD: snap.reward.num_seqs}
         t_now = {r: role_throughput(snap.role_load(r), self.models[r]) for r in n}
         t_cur = overall_throughput(n[Role.ROLLOUT], t_now[Role.ROLLOUT],
                                    n[Role.REWARD], t_now[Role.REWARD])
-        best: ShiftPlan | None = None
+        best: tuple | None = None
         up_sim = IncrementalShiftUp(up_load, self.models[up], self.migrate)
         down_sim = IncrementalShiftDown(down_load, self.models[other])
-        for k in sorted(cands):
-            phi, choice = cands[k]
-            down, up_devs = self._assemble(pairs, choice)
+        donors_of = [[d.replica_id for d in p.down if d.role is other] for p in pairs]
+        # Candidates are evaluated from their counts and donor ids; the plan's device
+        # groups are assembled for the chosen one only.
+        for k in cands.counts() if cands is not None else ():
+            phi = cands.penalty[k]
+            choice = cands.choice(k)
+            donors = [rid for i, _ in choice for rid in donors_of[i]]
             t_after = dict(t_now)
-            t_after[up] = up_sim.throughput_with(up_devs)
-            donors = [d.replica_id for d in down if d.role is other]
+            t_after[up] = up_sim.throughput_with_count(k)
             if donors:
                 t_after[other] = down_sim.throughput_without(donors)
             t_cand = overall_throughput(n[Role.ROLLOUT], t_after[Role.ROLLOUT],
                                         n[Role.REWARD], t_after[Role.REWARD])
             gain = self.H * (t_cand - t_cur)
             benefit = gain - phi
-            if benefit > 0 and (best is None or benefit > best.benefit):
-                best = ShiftPlan(up, down, up_devs, penalty=phi, gain=gain, benefit=benefit,
-                                 t_current=t_cur, t_candidate=t_cand,
-                                 reason=f"{up.value} +{k} replicas, {len(donors)} "
-                                        f"{other.value} replicas down")
+            if benefit > 0 and (best is None or benefit > best[0]):
+                best = (benefit, k, phi, choice, gain, t_cand, len(donors))
+        plan = None
+        if best is not None:
+            benefit, k, phi, choice, gain, t_cand, n_donors = best
+            down, up_devs = self._assemble(pairs, choice)
+            plan = ShiftPlan(up, down, up_devs, penalty=phi, gain=gain, benefit=benefit,
+                             t_current=t_cur, t_candidate=t_cand,
+                             reason=f"{up.value} +{k} replicas, {n_donors} "
+                                    f"{other.value} replicas down")
         t3 = time.perf_counter()
         self.last_timings = {"preprocess": t1 - t0, "construct": t2 - t1, "simulate": t3 - t2}
-        if best is not None:
-            best.timings.update(self.last_timings)
-        return best
+        if plan is not None:
+            plan.timings.update(self.last_timings)
+        return plan
 
     @staticmethod
     def _assemble(pairs: list[ShiftPair], choice) -> tuple[tuple[ShiftDown, ...],

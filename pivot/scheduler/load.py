@@ -7,7 +7,9 @@ Two backends implement the same operations, so the migration algorithms of
 - ``WhatIfLoad``: the planner's scratch copy of a role's load (sec. 7.3), built from a
   ``RoleLoad`` snapshot in O(replicas): per-replica sequence maps are shared with the
   snapshot and copied only when a migration touches them, so evaluating many candidate
-  plans stays cheap at 1024 devices.
+  plans stays cheap at 1024 devices. Replicas are added and retired in place (O(changed)),
+  and its two hot loops, re-dispatch (alg. 3) and alg. 4's moves, run compiled
+  (``pivot.scheduler.kernels``) with the same float operations.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Iterable, Mapping
 import numpy as np
 
 from pivot.errors import StateError
+from pivot.scheduler import kernels
 from pivot.scheduler.actions import Abort, Action, Dispatch
 from pivot.scheduler.throughput import ThroughputModel
 from pivot.types import ReplicaView, RoleLoad
@@ -171,6 +174,13 @@ class WhatIfLoad(LoadArrays):
         self._base: list[Mapping[int, int]] = [r.running for r in load.replicas]
         self._own: dict[int, dict[int, int]] = {}
         self._heaps: dict[int, list[tuple[int, int]]] = {}
+        self._alive: np.ndarray | None = None
+        """Live replicas, once one was removed (``_remove_replicas``)."""
+        self._pool: kernels.HeapPool | None = None
+        """The shortest-sequence heaps of every replica in array form, for the compiled
+        alg. 4 loop (``migration._migrate_compiled``): built on its first use, kept in
+        step by dispatches and by the loop itself, dropped by anything else that changes
+        a running set (it is rebuilt from them when next needed)."""
         self._set_arrays([r.replica_id for r in load.replicas],
                          [r.num_seqs for r in load.replicas],
                          [r.num_tokens for r in load.replicas],
@@ -199,41 +209,72 @@ class WhatIfLoad(LoadArrays):
         return len(self._queue)
 
     def add_replicas(self, views: Iterable[ReplicaView]) -> None:
+        """Appends replicas; only their own entries are derived (the others' are kept in
+        step by ``_adjust``), so adding one costs O(1) Python work, not O(replicas)."""
         views = list(views)
         for v in views:
             if v.replica_id in self._index:
                 raise StateError(f"replica {v.replica_id} is already active")
         self._base.extend(v.running for v in views)
+        start = len(self._ids)
         self._ids = self._ids + [v.replica_id for v in views]
-        for k, v in enumerate(views, start=len(self._ids) - len(views)):
+        for k, v in enumerate(views, start=start):
             self._index[v.replica_id] = k
-        def grow(a, xs):
-            return np.concatenate([a, np.array(xs, dtype=float)])
-        self._nseq = grow(self._nseq, [v.num_seqs for v in views])
-        self._ntok = grow(self._ntok, [v.num_tokens for v in views])
-        self._cap = grow(self._cap, [v.kv_capacity for v in views])
-        self._derive()
+        nseq = np.array([v.num_seqs for v in views], dtype=float)
+        ntok = np.array([v.num_tokens for v in views], dtype=float)
+        cap = np.array([v.kv_capacity for v in views], dtype=float)
+        num, den = self.model.after_terms(nseq, ntok)
+        for name, new in (("_nseq", nseq), ("_ntok", ntok), ("_cap", cap),
+                          ("_free", cap - ntok), ("_tput", self.model.throughputs(nseq, ntok)),
+                          ("_num", num), ("_den", den)):
+            setattr(self, name, np.concatenate([getattr(self, name), new]))
+        if self._alive is not None:
+            self._alive = np.concatenate([self._alive, np.ones(len(views), dtype=bool)])
+        if self._pool is not None:
+            if any(v.running for v in views):
+                self._pool = None
+            else:
+                self._pool.add(len(views))
 
     def _remove_replicas(self, replica_ids: Iterable[str]) -> None:
-        drop = {self._index[r] for r in replica_ids}
-        keep = [i for i in range(len(self._ids)) if i not in drop]
+        """Retires empty replicas in place: their index stays, with no free KV and a gain
+        of -inf (never chosen), and ``aggregate_throughput`` sums the live ones only, so a
+        removal costs O(removed) instead of re-indexing every array. Choices and sums are
+        those of the compacted arrays: ties still go to the lowest live index, a retired
+        replica is never eligible (``best_replica`` returns None when none is live) and the
+        live throughputs are summed in the same order."""
+        ids = list(replica_ids)
+        drop = [self._index[r] for r in ids]
         for i in drop:
             if self.running(i):
                 raise StateError(f"replica {self._ids[i]} still runs sequences")
-        new_index = {old: new for new, old in enumerate(keep)}
-        own, base = self._own, self._base
-        self._base = [own[i] if i in own else base[i] for i in keep]
-        self._own = {}
-        self._heaps = {new_index[i]: h for i, h in self._heaps.items() if i in new_index}
-        self._ids = [self._ids[i] for i in keep]
-        self._index = {rid: i for i, rid in enumerate(self._ids)}
-        k = np.array(keep, dtype=int)
-        for name in ("_nseq", "_ntok", "_cap", "_free", "_tput", "_num", "_den"):
-            setattr(self, name, getattr(self, name)[k])
+        if self._alive is None:
+            self._alive = np.ones(len(self._ids), dtype=bool)
+        self._pool = None
+        for rid, i in zip(ids, drop):
+            del self._index[rid]
+            self._alive[i] = False
+            self._free[i] = -np.inf
+            self._num[i] = -np.inf
+            self._heaps.pop(i, None)
+            self._own.pop(i, None)
+            self._base[i] = {}
+
+    def aggregate_throughput(self) -> float:
+        if self._alive is None:
+            return float(self._tput.sum())
+        return float(self._tput[self._alive].sum())
+
+    @property
+    def replica_ids(self) -> list[str]:
+        if self._alive is None:
+            return list(self._ids)
+        return [rid for rid, alive in zip(self._ids, self._alive.tolist()) if alive]
 
     def abort(self, replica_id: str, which: str | int = "all") -> list[Abort]:
         i = self._index[replica_id]
         self._heaps.pop(i, None)
+        self._pool = None
         record = self.record_actions
         if which == "all":
             run = self.running(i)
@@ -259,6 +300,9 @@ class WhatIfLoad(LoadArrays):
 
     def dispatch(self, replica_ids: Iterable[str] | None = None) -> list[Dispatch]:
         mask = self.mask_of(replica_ids)
+        if self._plain_model and self.max_seqs is None and not self.record_actions:
+            self._dispatch_plain(mask)
+            return []
         out = []
         queue, heaps, own, record = self._queue, self._heaps, self._own, self.record_actions
         while queue:
@@ -275,11 +319,54 @@ class WhatIfLoad(LoadArrays):
             h = heaps.get(i)
             if h is not None:
                 heapq.heappush(h, (length, sid))
+            if self._pool is not None:
+                self._pool.push(i, length, sid)
             if record:
                 out.append(Dispatch(sid, self._ids[i]))
         return out
 
+    def _dispatch_plain(self, mask: np.ndarray | None) -> None:
+        """``dispatch`` under the plain throughput model, with no batch cap and no
+        actions: the planner's re-dispatch of evacuated donors (alg. 3) and its filling of
+        new replicas from the queue (alg. 4), its hottest loops. Chunks of the queue, in
+        key order, go through ``kernels.dispatch_plain`` (the same choices and load values
+        as ``best_replica`` and ``_adjust``); the sequence maps and heaps follow in the
+        same order, and a chunk's unplaced tail goes back to the queue (its keys are
+        unique, so the queue pops in the same order as if it had never left)."""
+        if not self._ids:
+            return
+        m = self.model
+        queue, heaps, own, base = self._queue, self._heaps, self._own, self._base
+        pool = self._pool
+        allowed = np.ones(len(self._ids), dtype=np.bool_) if mask is None else mask
+        pop, push = heapq.heappop, heapq.heappush
+        size = 16
+        while queue:
+            chunk = [pop(queue) for _ in range(min(size, len(queue)))]
+            size = min(4 * size, 1024)
+            lengths = np.fromiter((e[2] for e in chunk), dtype=np.int64, count=len(chunk))
+            out = np.empty(len(chunk), dtype=np.int64)
+            placed = kernels.dispatch_plain(lengths, self.kv_reserve, m.A, m.B, m.C, m.D,
+                                            self._nseq, self._ntok, self._cap, self._free,
+                                            self._tput, self._num, self._den, out,
+                                            allowed)
+            for (_, sid, length), i in zip(chunk, out[:placed].tolist()):
+                run = own.get(i)
+                if run is None:
+                    run = own[i] = dict(base[i])
+                run[sid] = length
+                h = heaps.get(i)
+                if h is not None:
+                    push(h, (length, sid))
+                if pool is not None:
+                    pool.push(i, length, sid)
+            if placed < len(chunk):
+                for e in chunk[placed:]:
+                    push(queue, e)
+                return
+
     def move(self, seq_id: int, src: int, dst: int) -> list[Action]:
+        self._pool = None
         length = self._mut(src).pop(seq_id)
         self._adjust(src, -1, -length)
         self._mut(dst)[seq_id] = length
@@ -288,6 +375,7 @@ class WhatIfLoad(LoadArrays):
 
     def move_taken(self, seq_id: int, src: int, dst: int, length: int) -> list[Action]:
         """``move`` when the arrays already count ``length`` off ``src`` (see LoadArrays)."""
+        self._pool = None
         del self._mut(src)[seq_id]
         self._mut(dst)[seq_id] = length
         self._adjust(dst, 1, length)

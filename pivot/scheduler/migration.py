@@ -10,9 +10,12 @@ from __future__ import annotations
 import heapq
 import itertools
 
+import numpy as np
+
 from pivot.errors import StateError
+from pivot.scheduler import kernels
 from pivot.scheduler.actions import Abort, Action, Dispatch
-from pivot.scheduler.load import LoadArrays
+from pivot.scheduler.load import LoadArrays, WhatIfLoad
 from pivot.types import ReplicaView
 
 
@@ -68,6 +71,10 @@ def shift_up_migration(sched: LoadArrays, up: list[ReplicaView],
     shortest = sched.shortest_heaps()
     origin: dict[int, str] = {}  # first replica a migrated sequence left
     final: dict[int, str] = {}   # where it ends up
+    if isinstance(sched, WhatIfLoad) and sched._plain_model and sched.max_seqs is None \
+            and not record:
+        _migrate_compiled(sched)
+        return actions
     version = [0] * len(ids)
     heap = list(zip((-tput).tolist(), itertools.repeat(0), range(len(ids))))
     heapq.heapify(heap)
@@ -114,3 +121,41 @@ def shift_up_migration(sched: LoadArrays, up: list[ReplicaView],
             actions.append(Abort(sid, src_id))
             actions.append(Dispatch(sid, final[sid], resume=True))
     return actions
+
+
+def _migrate_compiled(sched: WhatIfLoad) -> None:
+    """Alg. 4's migration loop of ``shift_up_migration`` for the planner's what-if load
+    under the plain throughput model (no batch cap, no actions), the planner's hottest
+    loop, run by ``kernels.migrate_plain``: the same choices, float operations and order
+    as the loop above (tests/planner/test_incremental_reference.py), on array heaps
+    (``WhatIfLoad._pool``) instead of per-replica lists. The sequence maps follow the
+    moves it logs, in order."""
+    R = len(sched._ids)
+    if sched._pool is None:
+        sched._pool = kernels.HeapPool([sched.running(i) for i in range(R)])
+        sched._heaps.clear()  # the pool holds them from now on
+    pool = sched._pool
+    m = sched.model
+    budget = int(sched._nseq.sum())
+    ht = np.empty(R + 2 * budget + 1)
+    hv = np.zeros(R + 2 * budget + 1, dtype=np.int64)
+    hi = np.empty(R + 2 * budget + 1, dtype=np.int64)
+    ht[:R] = -sched._tput
+    hi[:R] = np.arange(R)
+    kernels.heapify(ht, hv, hi, R)
+    version = np.zeros(R, dtype=np.int64)
+    st = np.array([R, budget, 0, 0, 0], dtype=np.int64)
+    log = np.empty((budget, 3), dtype=np.int64)
+    while True:
+        kernels.migrate_plain(m.A, m.B, m.C, m.D, sched.kv_reserve, sched._nseq,
+                              sched._ntok, sched._cap, sched._free, sched._tput, sched._num,
+                              sched._den, pool.keys, pool.off, pool.size, pool.capy,
+                              ht, hv, hi, version, st, log)
+        if st[3] != 1:
+            break
+        pool.grow(int(st[4]))
+    mut = sched._mut
+    for key, src, dst in log[:st[2]].tolist():
+        sid, length = key & 0xFFFFFFFF, key >> 32
+        del mut(src)[sid]
+        mut(dst)[sid] = length

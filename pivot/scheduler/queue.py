@@ -6,7 +6,7 @@ sequence id, as in veRL.
 
 from __future__ import annotations
 
-import heapq
+import bisect
 from typing import Any, Callable, Iterator
 
 from pivot.errors import StateError
@@ -26,12 +26,21 @@ def shortest_first(seq: SequenceState) -> tuple[int, int]:
 
 
 class WaitingQueue:
-    """Sequences waiting for a replica, popped in priority order."""
+    """Sequences waiting for a replica, popped in priority order.
+
+    Kept as a list sorted by (priority at push time, sequence id), consumed from the
+    front: a pop is O(1), a push O(log n) comparisons plus a memmove (new work has the
+    largest ids and lands at the end), and the monitor reads the order every planner
+    tick without sorting.
+    """
 
     def __init__(self, priority: PriorityFn = by_sequence_id) -> None:
         self._priority = priority
-        self._heap: list[tuple[Any, int]] = []
+        self._order: list[tuple[Any, int]] = []
+        self._lo = 0
+        """``_order[_lo:]`` is the queue; entries before it were popped."""
         self._seqs: dict[int, SequenceState] = {}
+        self._key: dict[int, tuple[Any, int]] = {}
 
     def __len__(self) -> int:
         return len(self._seqs)
@@ -40,8 +49,9 @@ class WaitingQueue:
         return seq_id in self._seqs
 
     def __iter__(self) -> Iterator[SequenceState]:
-        """Iterates in priority order (a sorted copy; O(n log n))."""
-        return iter(sorted(self._seqs.values(), key=self._priority))
+        """Iterates in priority order (O(n), no sort)."""
+        seqs = self._seqs
+        return iter([seqs[sid] for _, sid in self._order[self._lo:]])
 
     def push(self, seq: SequenceState) -> None:
         if seq.seq_id in self._seqs:
@@ -49,30 +59,39 @@ class WaitingQueue:
         if seq.replica_id is not None:
             raise StateError(f"sequence {seq.seq_id} still runs on {seq.replica_id}; "
                              f"abort it before queueing it")
+        entry = (self._priority(seq), seq.seq_id)
         self._seqs[seq.seq_id] = seq
-        heapq.heappush(self._heap, (self._priority(seq), seq.seq_id))
-
-    def _drop_stale(self) -> None:
-        while self._heap and self._heap[0][1] not in self._seqs:
-            heapq.heappop(self._heap)
+        self._key[seq.seq_id] = entry
+        order = self._order
+        if len(order) == self._lo or order[-1] < entry:
+            order.append(entry)
+        else:
+            bisect.insort(order, entry, lo=self._lo)
 
     def peek(self) -> SequenceState | None:
-        self._drop_stale()
-        return self._seqs[self._heap[0][1]] if self._heap else None
+        return self._seqs[self._order[self._lo][1]] if self._seqs else None
 
     def pop(self) -> SequenceState:
-        self._drop_stale()
-        if not self._heap:
+        if not self._seqs:
             raise StateError("pop from an empty waiting queue")
-        _, sid = heapq.heappop(self._heap)
+        _, sid = self._order[self._lo]
+        self._lo += 1
+        if self._lo > 1024 and 2 * self._lo > len(self._order):
+            del self._order[:self._lo]
+            self._lo = 0
+        del self._key[sid]
         return self._seqs.pop(sid)
 
     def remove(self, seq_id: int) -> SequenceState:
-        """Removes a sequence wherever it is in the queue (lazy deletion)."""
+        """Removes a sequence wherever it is in the queue."""
         try:
-            return self._seqs.pop(seq_id)
+            seq = self._seqs.pop(seq_id)
         except KeyError:
             raise StateError(f"sequence {seq_id} is not in the waiting queue") from None
+        entry = self._key.pop(seq_id)
+        i = bisect.bisect_left(self._order, entry, lo=self._lo)
+        del self._order[i]
+        return seq
 
     def lengths(self) -> list[int]:
         """Lengths of the waiting sequences, in priority order."""

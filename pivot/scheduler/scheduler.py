@@ -125,26 +125,59 @@ class ShiftAwareScheduler(LoadArrays):
         v.num_tokens -= length
         self._adjust(i, -1, -length)
         seq.replica_id = None
+        # its recorded progress (``grow`` records lengths without touching generated_len;
+        # a driver may already have set more from its engine: progress only grows)
+        seq.generated_len = max(seq.generated_len, length - seq.prompt_len)
         return seq
 
     def update_lengths(self, replica_id: str, lengths: Mapping[int, int]) -> None:
         """Records the current length (prompt + generated) of running sequences.
 
-        Drivers call it as tokens are generated; it also sets ``generated_len``.
+        Drivers call it as tokens are generated; it also sets ``generated_len``. The
+        replica's load changes once by the total (integer token counts sum exactly, so the
+        cached load is the one per-sequence updates would give).
         """
         v = self.view(replica_id)
         i = self._index[replica_id]
-        for sid, length in lengths.items():
-            old = v.running.get(sid)
-            if old is None:
-                raise StateError(f"sequence {sid} does not run on {replica_id}")
-            seq = self.seqs[sid]
-            if length < seq.prompt_len:
-                raise StateError(f"sequence {sid}: length {length} < prompt {seq.prompt_len}")
-            v.running[sid] = length
-            v.num_tokens += length - old
-            self._adjust(i, 0, length - old)
-            seq.generated_len = length - seq.prompt_len
+        running, seqs = v.running, self.seqs
+        delta = 0
+        try:
+            for sid, length in lengths.items():
+                old = running.get(sid)
+                if old is None:
+                    raise StateError(f"sequence {sid} does not run on {replica_id}")
+                seq = seqs[sid]
+                if length < seq.prompt_len:
+                    raise StateError(f"sequence {sid}: length {length} < prompt "
+                                     f"{seq.prompt_len}")
+                running[sid] = length
+                delta += length - old
+                seq.generated_len = length - seq.prompt_len
+        finally:
+            if delta:
+                v.num_tokens += delta
+                self._adjust(i, 0, delta)
+
+    def grow(self, replica_id: str, lengths: Mapping[int, int]) -> None:
+        """Records the current length of *every* running sequence of ``replica_id`` at
+        once (a continuously batching replica lengthens all of them): ``update_lengths``
+        for the simulator's sync, in O(1) Python work per replica (a subset of them goes
+        through ``update_lengths``). It leaves
+        ``SequenceState.generated_len`` as it was: a sequence's recorded length is its
+        progress, and the simulator sets ``generated_len`` from the truth whenever one
+        leaves its replica (abort, preemption)."""
+        v = self.view(replica_id)
+        running = v.running
+        if lengths.keys() != running.keys():
+            # some sequences only (one dispatched but not yet admitted by the engine)
+            self.update_lengths(replica_id, lengths)
+            return
+        total = sum(lengths.values())
+        running.update(lengths)
+        delta = total - v.num_tokens
+        if delta:
+            v.num_tokens = total
+            self._adjust(self._index[replica_id], 0, delta)
 
     def finish(self, seq_id: int) -> SequenceState:
         """Removes a finished sequence; its replica's capacity becomes free."""

@@ -87,6 +87,9 @@ class DeviceMap:
     """Replica id -> devices whose state names it (active or shifting)."""
     _by_kind: dict[SlotKind, set[int]] = field(init=False, repr=False, compare=False)
     """Slot kind -> devices in it."""
+    _active: dict[Role, int] = field(init=False, repr=False, compare=False,
+                                     default_factory=dict)
+    """Role -> how many devices are ACTIVE in it."""
 
     def __post_init__(self) -> None:
         self.device_host = tuple(self.device_host)
@@ -115,6 +118,10 @@ class DeviceMap:
     def count(self, kind: SlotKind) -> int:
         """How many devices are in ``kind`` (O(1))."""
         return len(self._by_kind[kind])
+
+    def active_count(self, role: Role) -> int:
+        """Devices ACTIVE in ``role`` (O(1); the sum of ``replicas(role)``'s sizes)."""
+        return self._active.get(role, 0)
 
     def replicas(self, role: Role | None = None) -> dict[str, tuple[int, ...]]:
         """Active replicas (id -> devices), optionally of one role."""
@@ -222,6 +229,9 @@ class DeviceMap:
         """Keeps the lookups in step with ``states`` (O(1) per transition)."""
         if before.kind is SlotKind.ACTIVE:
             self._last_active[device] = before.role
+            self._active[before.role] -= 1
+        if after.kind is SlotKind.ACTIVE:
+            self._active[after.role] = self._active.get(after.role, 0) + 1
         self._by_kind[before.kind].discard(device)
         self._by_kind[after.kind].add(device)
         if before.replica_id is not None:

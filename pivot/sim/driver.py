@@ -172,7 +172,8 @@ class SimDriver:
         t0 = time.perf_counter()
         plan = self.planner.plan(snap)
         self.tracer.planner_call(time.perf_counter() - t0,
-                                 getattr(self.planner, "last_timings", {}), plan is not None)
+                                 getattr(self.planner, "last_timings", {}), plan is not None,
+                                 busy=bool(snap.rollout.num_seqs or snap.reward.num_seqs))
         if plan is not None and not plan.up_devices:
             self._release(plan)
         elif plan is not None:
@@ -190,7 +191,7 @@ class SimDriver:
         tr = c.training
         running = (any(r.num_seqs for r in c.replicas.values()) or tr.busy
                    or tr.ready_at > self.clock.now
-                   or any(t > self.clock.now for t in c.free_at.values()))
+                   or c.free_at_max > self.clock.now)
         mark = (wf.version, wf.processed_tokens, len(self.tracer.shifts), c.events)
         if running or mark != self._progress:
             self._stalled, self._progress = 0, mark

@@ -83,6 +83,9 @@ class SimCluster:
     training: TrainingState = field(default_factory=TrainingState)
     free_at: dict[int, float] = field(default_factory=dict)
     """Device -> virtual time its last shift down completes."""
+    free_at_max: float = 0.0
+    """The latest of ``free_at`` (a device's new value is never before its old one: it
+    shifted up after it was free and down again later)."""
     free_provisioning: bool = False
     """Initial placement costs nothing (cold start is not part of the measured steps)."""
     events: int = 0
@@ -90,6 +93,8 @@ class SimCluster:
     _seq: itertools.count = field(default_factory=itertools.count)
     _dirty: set = field(default_factory=set)
     _next: dict = field(default_factory=dict)
+    _synced: dict = field(default_factory=dict)
+    """Replica -> its decode steps when its scheduler view last got the true lengths."""
     tokens_by_role: dict[Role, int] = field(default_factory=lambda: {r: 0 for r in Role})
     rollout_end: dict[int, float] = field(default_factory=dict)
     """Step -> virtual time its last response finished (the end of its generation)."""
@@ -110,6 +115,7 @@ class SimCluster:
             self.training = TrainingState(step_times=self.training.step_times)
         else:
             rep = self.replicas.pop(replica_id)
+            self._synced.pop(replica_id, None)
             if rep.num_seqs:
                 raise StateError(f"{replica_id} shifted down with {rep.num_seqs} sequences; "
                                  f"migration must empty it first")
@@ -118,6 +124,7 @@ class SimCluster:
         done = self.now + (0.0 if self.free_provisioning else sum(phases.values()))
         for d in devices:
             self.free_at[d] = done
+        self.free_at_max = max(self.free_at_max, done)
         return ShiftResult(phases)
 
     def shift_up(self, role: Role, replica_id: str, devices: tuple[int, ...]) -> ShiftResult:
@@ -159,6 +166,9 @@ class SimCluster:
                 rep = self.replicas[a.replica_id]
                 self.sync(a.replica_id)
                 seq = self.schedulers[rep.role].seqs[a.seq_id]
+                if self.schedulers[rep.role].replicas[a.replica_id].running.get(
+                        a.seq_id) != seq.length:
+                    self._synced.pop(a.replica_id, None)  # the view lags this admission
                 cost = rep.admit(a.seq_id, seq.length, self.workflow.target(a.seq_id),
                                  self.now)
                 stats.dispatched += 1
@@ -211,7 +221,7 @@ class SimCluster:
         (vLLM's recompute preemption)."""
         rep = self.replicas[rid]
         sched = self.schedulers[rep.role]
-        sched.update_lengths(rid, rep.lengths())
+        self._sync_lengths(rid, rep)
         victim = rep.newest()
         length = rep.remove(victim, self.now)
         sched.abort(rid, victim)
@@ -234,12 +244,28 @@ class SimCluster:
             self.maybe_start_training()
 
     def sync_all(self) -> None:
-        """Brings every replica to now and the schedulers' views to the true lengths."""
-        for rid in list(self.replicas):
-            self.sync(rid)
+        """Brings every replica to now and the schedulers' views to the true lengths.
+
+        An idle replica has nothing to advance (its clock catches up when it next admits),
+        and a replica that decoded no step since its view was last brought to its true
+        lengths (``_synced``) already shows them, so both are skipped."""
         for rid, rep in self.replicas.items():
             if rep.num_seqs:
-                self.schedulers[rep.role].update_lengths(rid, rep.lengths())
+                self.sync(rid)
+        for rid, rep in self.replicas.items():
+            if rep.num_seqs:
+                self._sync_lengths(rid, rep)
+
+    def _sync_lengths(self, rid: str, rep: SimReplica) -> None:
+        """The scheduler's view of ``rid`` gets every running sequence's true length.
+
+        A view's lengths are true after this call until the replica decodes a step: a
+        sequence dispatched meanwhile is admitted at its current length and one that
+        finishes or is aborted leaves, so the call is skipped while ``rep.steps`` (the
+        replica's decode steps) has not moved since the last one."""
+        if self._synced.get(rid) != rep.steps:
+            self.schedulers[rep.role].grow(rid, rep.lengths())
+            self._synced[rid] = rep.steps
 
     def dispatch_dirty(self) -> None:
         """Runs the schedulers' dispatch for roles whose queue or capacity changed."""

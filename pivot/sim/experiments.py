@@ -55,9 +55,12 @@ def split_space(group: str, dep: str):
     return space, start
 
 
-def search(group: str, dep: str, base: list[str], workers: int = 2, rounds: int = 2):
+def search(group: str, dep: str, base: list[str], workers: int = 2, rounds: int = 2,
+           runs: dict | None = None):
     """Coordinate split search for one group and deployment; evaluates the candidates
-    of each coordinate sweep in parallel."""
+    of each coordinate sweep in parallel. ``runs``, if given, receives the result dict
+    of every split it ran (a caller may reuse the best one's rather than run it again:
+    the simulator is deterministic in its bindings)."""
     from pivot.sim import search as S
     space, start = split_space(group, dep)
 
@@ -69,15 +72,20 @@ def search(group: str, dep: str, base: list[str], workers: int = 2, rounds: int 
 
         def __call__(self, split) -> float:
             if split not in self.cache:
-                self.cache[split] = run_one((group, dep, tuple(base + split.bindings()),
-                                             False))["throughput"]
+                self._keep(split, run_one((group, dep, tuple(base + split.bindings()),
+                                           False)))
             return self.cache[split]
 
         def prefetch(self, splits) -> None:
             todo = [s for s in dict.fromkeys(splits) if s is not None and s not in self.cache]
             for s, r in zip(todo, run_many([(group, dep, tuple(base + s.bindings()), False)
                                             for s in todo], workers)):
-                self.cache[s] = r["throughput"]
+                self._keep(s, r)
+
+        def _keep(self, split, result: dict) -> None:
+            self.cache[split] = result["throughput"]
+            if runs is not None:
+                runs[split] = result
 
     ev = Batched()
     ev.prefetch(_candidates(space, start))

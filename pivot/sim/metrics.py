@@ -65,6 +65,7 @@ class Tracer:
     samples: list = field(default_factory=list)
     shifts: list = field(default_factory=list)
     planner_wall: list = field(default_factory=list)
+    planner_busy_wall: list = field(default_factory=list)
     planner_split: dict = field(default_factory=lambda: {"preprocess": 0.0, "construct": 0.0,
                                                          "simulate": 0.0})
     planner_calls: int = 0
@@ -74,9 +75,14 @@ class Tracer:
     phases: dict = field(default_factory=dict)
     _last: tuple = (0.0, {Role.ROLLOUT: 0, Role.REWARD: 0})
 
-    def planner_call(self, wall: float, timings: dict, planned: bool) -> None:
+    def planner_call(self, wall: float, timings: dict, planned: bool,
+                     busy: bool = True) -> None:
+        """One planner tick; ``busy``: some inference sequence ran or waited (else the
+        planner has nothing to weigh: the cluster waits on training)."""
         self.planner_calls += 1
         self.planner_wall.append(wall)
+        if busy:
+            self.planner_busy_wall.append(wall)
         for k in self.planner_split:
             self.planner_split[k] += float(timings.get(k, 0.0))
 
@@ -99,7 +105,7 @@ class Tracer:
         dt = now - t0
         rate = {r: (gen[r] - g0[r]) / dt if dt > 0 else 0.0 for r in INFERENCE_ROLES}
         n = {r: cluster.schedulers[r].num_seqs for r in INFERENCE_ROLES}
-        alloc = {r.value: sum(len(v) for v in device_map.replicas(r).values()) for r in Role}
+        alloc = {r.value: device_map.active_count(r) for r in Role}
         self.samples.append({
             "time": now, "rollout_tps": rate[Role.ROLLOUT], "reward_tps": rate[Role.REWARD],
             "overall_tps": overall_throughput(n[Role.ROLLOUT], rate[Role.ROLLOUT],
@@ -130,6 +136,11 @@ class Tracer:
             expected_tokens=expected,
             planner={"calls": self.planner_calls,
                      "mean_wall_s": sum(self.planner_wall) / calls,
+                     "median_wall_s": _quantile(self.planner_wall, 0.5),
+                     "p99_wall_s": _quantile(self.planner_wall, 0.99),
+                     "busy_calls": len(self.planner_busy_wall),
+                     "busy_median_wall_s": _quantile(self.planner_busy_wall, 0.5),
+                     "busy_p99_wall_s": _quantile(self.planner_busy_wall, 0.99),
                      "max_wall_s": max(self.planner_wall, default=0.0),
                      "split_mean_s": {k: v / calls for k, v in self.planner_split.items()}},
             migration=dict(self.migration), shift_phases=phases, trace=self.samples,
@@ -138,3 +149,11 @@ class Tracer:
             training_phases=g.training.phase_seconds(
                 g.policy, sum(wf.step_tokens.values()) / len(wf.step_tokens),
                 driver.train_needed))
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    """The q-quantile of ``xs`` (nearest rank; 0 for none): per-tick planner time."""
+    if not xs:
+        return 0.0
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))]

@@ -62,7 +62,7 @@ class SimReplica:
         return self.base_len[seq_id] + self.steps
 
     def lengths(self) -> dict[int, int]:
-        return {s: b + self.steps for s, b in self.base_len.items()}
+        return dict(zip(self.base_len, map(self.steps.__add__, self.base_len.values())))
 
     # ------------------------------------------------------------------ admission
     def admit(self, seq_id: int, length: int, target: int, now: float) -> float:
@@ -188,4 +188,6 @@ class SimReplica:
         return out
 
     def newest(self) -> int:
-        return max(self.order, key=self.order.__getitem__)
+        """The latest admitted running sequence: ``order``'s last key (admission numbers
+        grow and a sequence leaves ``order`` before it is admitted again)."""
+        return next(reversed(self.order))

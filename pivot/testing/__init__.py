@@ -14,6 +14,8 @@ Submodules mirror the product packages they stand in for; import them directly (
   models, states, shards and layouts.
 - ``strategies``: hypothesis strategies (needs the ``test`` extra: ``pip install .[test]``).
 - ``reference_greedy``: the scan-based GPS sender greedy the fast one must equal.
+- ``reference_planner``: the former full-scan candidate construction and evaluation
+  the incremental planner must equal.
 - ``planner``: a synthetic 32-device ``WorkloadSnapshot`` and its throughput model.
 - ``rl``: ``ManualClock``, in-memory RL-loop ports and ``fake_loop``.
 - ``reliability``: ``StaticSource`` (a ``LiveSource`` over a mutated ``ControlState``).

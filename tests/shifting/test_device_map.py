@@ -148,6 +148,8 @@ def _assert_indexes_match_scans(dm: DeviceMap) -> None:
         last = next((e.before.role for e in reversed(dm.events)
                      if e.device == d and e.before.kind is SlotKind.ACTIVE), None)
         assert dm._last_role(d) is last
+    for role in Role:
+        assert dm.active_count(role) == sum(len(v) for v in dm.replicas(role).values())
 
 
 def test_the_indexed_lookups_follow_shifts_losses_and_recoveries():
