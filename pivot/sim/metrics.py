@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from pivot.shifting.role_shift import SlotKind
 from pivot.types import INFERENCE_ROLES, Role
 
 
@@ -99,8 +100,11 @@ class Tracer:
 
     def sample(self, now: float, cluster, device_map) -> None:
         gen = dict(cluster.tokens_by_role)
+        busy = {r.value: 0 for r in INFERENCE_ROLES}
         for rep in cluster.replicas.values():
             gen[rep.role] += rep.generated
+            if rep.num_seqs:
+                busy[rep.role.value] += len(rep.devices)
         t0, g0 = self._last
         dt = now - t0
         rate = {r: (gen[r] - g0[r]) / dt if dt > 0 else 0.0 for r in INFERENCE_ROLES}
@@ -110,7 +114,9 @@ class Tracer:
             "time": now, "rollout_tps": rate[Role.ROLLOUT], "reward_tps": rate[Role.REWARD],
             "overall_tps": overall_throughput(n[Role.ROLLOUT], rate[Role.ROLLOUT],
                                               n[Role.REWARD], rate[Role.REWARD]),
-            "alloc": alloc, "n_rollout": n[Role.ROLLOUT], "n_reward": n[Role.REWARD]})
+            "alloc": alloc, "n_rollout": n[Role.ROLLOUT], "n_reward": n[Role.REWARD],
+            # devices of replicas holding sequences, and idle devices (sim_utilization.py)
+            "busy": busy, "idle": device_map.count(SlotKind.IDLE)})
         self._last = (now, {r: gen[r] for r in INFERENCE_ROLES})
 
     def result(self, driver, wall: float) -> SimResult:
