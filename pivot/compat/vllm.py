@@ -188,11 +188,16 @@ class StorageSet:
         return self.nbytes
 
     def restore(self) -> None:
-        """Reallocates every storage at its old size (contents undefined)."""
+        """Reallocates every storage at its old size, zero-filled. ``resize_`` alone leaves
+        the contents undefined: reused heap memory can hold NaN bit patterns, and a KV
+        slot past a sequence's length still enters masked attention as 0 x value, so one
+        NaN there makes the logits NaN (greedy then decodes token 0); vLLM allocates its
+        KV cache zeroed for the same reason."""
         if not self.released:
             return
         for s, n in self.storages:
             s.resize_(n)
+            torch.empty(0, dtype=torch.uint8).set_(s).zero_()
         self.released = False
 
 

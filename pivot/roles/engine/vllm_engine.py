@@ -269,7 +269,7 @@ class VllmEngine:
         return self._kv.release()
 
     def reallocate_kv(self) -> None:
-        """Reallocates the KV cache (pages are touched lazily) and clears the prefix cache."""
+        """Reallocates the KV cache (zero-filled) and clears the prefix cache."""
         self._kv.restore()
         self.llm.reset_prefix_cache()
 
