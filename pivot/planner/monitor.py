@@ -25,7 +25,7 @@ def role_load(sched: ShiftAwareScheduler, shape: RoleShape) -> RoleLoad:
     return RoleLoad(
         role=sched.role,
         replicas=[v.copy() for v in sched.replicas.values()],
-        waiting=[(s.seq_id, s.prompt_len + s.generated_len) for s in sched.queue],
+        waiting=sched.queue.entries(),
         replica_devices=shape.replica_devices,
         kv_capacity=shape.kv_capacity,
         max_replicas=shape.max_replicas,

@@ -96,3 +96,10 @@ class WaitingQueue:
     def lengths(self) -> list[int]:
         """Lengths of the waiting sequences, in priority order."""
         return [s.length for s in self]
+
+    def entries(self) -> list[tuple[int, int]]:
+        """(sequence id, length) of the waiting sequences in priority order, in one pass
+        (the monitor's ``RoleLoad.waiting``)."""
+        seqs = self._seqs
+        return [(sid, (q := seqs[sid]).prompt_len + q.generated_len)
+                for _, sid in self._order[self._lo:]]

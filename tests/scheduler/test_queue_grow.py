@@ -31,6 +31,7 @@ def test_queue_pops_and_iterates_in_the_heaps_order(ops):
             assert q.remove(sid) is live.pop(sid)
         assert len(q) == len(live)
         assert [s.seq_id for s in q] == sorted(live)
+        assert q.entries() == [(s.seq_id, s.length) for s in q]
         assert (q.peek() is None) == (not live)
 
 

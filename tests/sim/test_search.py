@@ -23,3 +23,32 @@ def test_shared_pool_searches_training_only():
     res = search_split(space, Split(32, 32, 32), lambda s: -abs(s.training - 24))
     assert res.best.training == 24
     assert {s.reward for s in res.tried} == {32}
+
+
+def test_prefetching_sweeps_changes_nothing_the_search_finds():
+    """An evaluator with ``prefetch`` is handed each sweep first (fig. 9 runs it in
+    parallel); the splits tried, their scores and the best are the same."""
+    space = SplitSpace(64, rollout_size=1, reward_size=4, host=8)
+
+    def f(s: Split) -> float:
+        return 1000 - abs(s.reward - 20) * 9 - abs(s.training - 24) * 5 + s.rollout * 0.1
+
+    class Batched:
+        def __init__(self):
+            self.cache, self.batches = {}, []
+
+        def __call__(self, s):
+            self.cache.setdefault(s, f(s))
+            return self.cache[s]
+
+        def prefetch(self, splits):
+            self.batches.append(list(splits))
+            for s in splits:
+                self(s)
+
+    ev = Batched()
+    plain, batched = search_split(space, Split(32, 16, 16), f), \
+        search_split(space, Split(32, 16, 16), ev)
+    assert batched.tried == plain.tried and batched.best == plain.best
+    assert list(batched.tried) == list(plain.tried)
+    assert sum(len(b) for b in ev.batches) == len(plain.tried) - 1  # all but the start
