@@ -1,10 +1,13 @@
 """Fig. 10: rollout, reward and overall (eq. 1) throughput traces with each role's
-allocation and PivotRL's shifts, for every deployment, Qwen2.5-7B & Qwen3-30B-A3B.
+allocation and PivotRL's shifts, for every deployment, Qwen2.5-7B & Qwen3-30B-A3B (the
+paper's fig. 10) or any other ``--group``.
 
-    python launchers/experiments/fig10.py [--steps 5] [--prompts 32] [--n N]
+    python launchers/experiments/fig10.py [--steps 5] [--prompts 32] [--n N] [--group G]
 
-Disaggregated uses the split chosen in results/sim/fig9.json when present (else table 4).
-Writes results/sim/fig10.json; the plot is analysis/plot_fig10.py.
+Every deployment uses the split fig. 9 chose at the same regime (results/sim/fig9<tag>.json
+when present, else table 4). Writes results/sim/fig10<tag>.json for the paper's group,
+fig10<tag>_<group>.json for another (trace files: not kept in git past 1 MB); the plot is
+analysis/plot_fig10.py, the device-time split analysis/sim_utilization.py.
 """
 
 from __future__ import annotations
@@ -28,17 +31,21 @@ def main() -> None:
     p.add_argument("--prompts", type=int, default=32)
     p.add_argument("--n", type=int, default=None, help="responses per prompt (default: gin)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--group", default=GROUP)
+    p.add_argument("--workers", type=int, default=2)
     a = p.parse_args()
     binds, tag = regime(a.prompts, a.n)
     base = [*binds, f"SimDriver.steps = {a.steps}",
             f"SimDriver.seed = {a.seed}"]
-    jobs = [(GROUP, d, tuple(base + chosen_split(GROUP, d, tag)), True)
+    jobs = [(a.group, d, tuple(base + chosen_split(a.group, d, tag)), True)
             for d in DEPS]
-    runs = run_many(jobs)
+    runs = run_many(jobs, a.workers)
     keep = ("deployment", "devices", "throughput", "step_time", "split", "shifts", "trace",
             "shift_log", "train_steps", "bindings")
-    out = {"group": GROUP, "settings": vars(a), "runs": [{k: r[k] for k in keep} for r in runs]}
-    (ROOT / f"results/sim/fig10{tag}.json").write_text(json.dumps(out))
+    out = {"group": a.group, "settings": vars(a),
+           "runs": [{k: r[k] for k in keep} for r in runs]}
+    name = f"fig10{tag}" + ("" if a.group == GROUP else f"_{a.group}")
+    (ROOT / f"results/sim/{name}.json").write_text(json.dumps(out))
     for r in runs:
         wandb_log(f"fig10_{r['deployment']}", {"bindings": r["bindings"]},
                   {k: r[k] for k in ("throughput", "step_time", "shifts")}, group="fig10")

@@ -5,9 +5,11 @@ disaggregated.
 
     python launchers/experiments/fig11.py [--seeds 3] [--steps 5] [--prompts 32] [--n N]
 
-The static and rule-based strategies start from the disaggregated split (chosen in
-results/sim/fig9.json when present, else table 4). Writes results/sim/fig11.json; the
-plot is analysis/plot_fig11.py.
+The static and rule-based strategies start from the disaggregated split, the components
+from PivotRL's (chosen in results/sim/fig9<tag>.json of the same regime when present, else
+table 4). Runs fig. 9 already made (disaggregated, PivotRL = full, same bindings and seeds)
+are taken from its file rather than run again. Writes results/sim/fig11.json
+(``--prompts 512 --n 16``: fig11_p512n16.json); the plot is analysis/plot_fig11.py.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import statistics
 
 from pivot.paths import REPO_ROOT as ROOT
 
-from pivot.sim.experiments import chosen_split, regime, run_many, wandb_log
+from pivot.sim.experiments import chosen_split, fig9_runs, regime, run_or_reuse, wandb_log
 
 GROUPS = ["qwen1.5b_glm9b", "qwen7b_30b"]
 STRATEGIES = ["disaggregated", "static", "rule_based", "pivotrl"]
@@ -31,6 +33,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--prompts", type=int, default=32)
     p.add_argument("--n", type=int, default=None, help="responses per prompt (default: gin)")
+    p.add_argument("--workers", type=int, default=2)
     a = p.parse_args()
     binds, tag = regime(a.prompts, a.n)
     deps = STRATEGIES + COMPONENTS
@@ -43,7 +46,7 @@ def main() -> None:
                 jobs.append((g, d, tuple([*binds,
                                           f"SimDriver.steps = {a.steps}", f"SimDriver.seed = {s}"]
                                          + chosen_split(g, src, tag)), False))
-    runs = run_many(jobs)
+    runs = run_or_reuse(jobs, fig9_runs(tag), a.workers)
     table = {}
     for g in GROUPS:
         row = {}
@@ -56,13 +59,14 @@ def main() -> None:
         base = row["disaggregated"]["mean"]
         for d in deps:
             row[d]["over_disaggregated"] = row[d]["mean"] / base
+        row["reused_runs"] = sum(bool(r.get("reused")) for r in runs if r["group"] == g)
         table[g] = row
-        print(g, "  ".join(f"{d}={row[d]['over_disaggregated']:.2f}x" for d in deps))
+        print(g, "  ".join(f"{d}={row[d]['over_disaggregated']:.2f}x" for d in deps), flush=True)
     (ROOT / f"results/sim/fig11{tag}.json").write_text(json.dumps(
         {"settings": vars(a), "table": table}, indent=1))
     for g, row in table.items():
         wandb_log(f"fig11_{g}", {"group": g},
-                  {f"{d}/over_disaggregated": v["over_disaggregated"] for d, v in row.items()},
+                  {f"{d}/over_disaggregated": row[d]["over_disaggregated"] for d in deps},
                   group="fig11")
 
 

@@ -2,11 +2,16 @@
 
     python launchers/experiments/fig9.py [--seeds 3] [--steps 5] [--prompts 32] [--n N]
 
-First searches each baseline's best static split (app. E / table 4; ``pivot.sim.search``)
-with one seed and ``--search_steps`` steps, then runs the chosen splits with every seed.
-Writes results/sim/fig9.json (``--prompts 512 --n 16``: fig9_p512n16.json; mean, std per
-cell, PivotRL's speedups, the chosen splits and every split tried); the plot is
-analysis/plot_fig9.py.
+First searches every deployment's split (app. E / table 4: "for each baseline, we tune its
+resource configuration"; ``pivot.sim.search``, the same coordinate search over the training
+share, and the reward share where the split is static, for every deployment, PivotRL's
+initial split included) with seed 0 and ``--search_steps`` steps (default ``--steps``, so
+the search ranks splits by the very runs the table measures and reuses seed 0's run), then
+runs the chosen splits with every seed. Writes results/sim/fig9.json (``--prompts 512 --n
+16``: fig9_p512n16.json; mean, std per cell, PivotRL's speedups, the chosen splits and every
+split tried). Groups accumulate: a run of some ``--groups`` replaces those groups in an
+existing file measured with the same settings and keeps the others (different settings:
+the file starts afresh). The plot is analysis/plot_fig9.py.
 """
 
 from __future__ import annotations
@@ -29,11 +34,13 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--prompts", type=int, default=32)
     p.add_argument("--n", type=int, default=None, help="responses per prompt (default: gin)")
-    p.add_argument("--search_steps", type=int, default=5)
+    p.add_argument("--search_steps", type=int, default=None, help="default: --steps")
     p.add_argument("--no_search", action="store_true", help="use table 4's splits")
     p.add_argument("--groups", nargs="*", default=GROUPS)
     p.add_argument("--workers", type=int, default=2)
     a = p.parse_args()
+    if a.search_steps is None:
+        a.search_steps = a.steps
     t0 = time.perf_counter()
     splits, searches, reuse = {}, {}, {}
     base, tag = regime(a.prompts, a.n)
@@ -84,9 +91,13 @@ def main() -> None:
     sim_wall = sum(r["wall_s"] for r in runs)
     out = {"settings": vars(a), "wall_s": wall, "search_wall_s": t_search,
            "events": events, "events_per_s": events / sim_wall, "table": table,
-           "searches": searches, "runs": runs}
+           "searches": searches, "runs": runs,
+           "walls": {",".join(a.groups): {"wall_s": wall, "search_wall_s": t_search}}}
     (ROOT / "results/sim").mkdir(parents=True, exist_ok=True)
-    (ROOT / f"results/sim/fig9{tag}.json").write_text(json.dumps(out, indent=1))
+    path = ROOT / f"results/sim/fig9{tag}.json"
+    if path.is_file():
+        out = merge(json.loads(path.read_text()), out)
+    path.write_text(json.dumps(out, indent=1))
     for r in runs:
         wandb_log(f"fig9_{r['group']}_{r['deployment']}_s{r['seed']}",
                   {"bindings": r["bindings"], "group": r["group"],
@@ -98,6 +109,35 @@ def main() -> None:
         print(g, "  ".join(f"{d}={r[d]['mean']:.0f}±{r[d]['std']:.0f}" for d in DEPS),
               "  speedup:", "  ".join(f"{d}={r['speedup_over_' + d]:.2f}x" for d in DEPS[:-1]))
     print(f"wall {wall:.0f} s (search {t_search:.0f} s), {out['events_per_s']:.0f} events/s")
+
+
+SAME = ("seeds", "steps", "prompts", "n", "search_steps", "no_search")
+"""Settings two fig. 9 files must share for their groups to sit in one table."""
+
+
+def merge(old: dict, new: dict) -> dict:
+    """``new``'s groups replace those in ``old`` and the others stay, when both were
+    measured with the same settings (``SAME``); else ``new`` alone."""
+    if any(old.get("settings", {}).get(k) != new["settings"][k] for k in SAME):
+        print("fig9: settings differ from the existing file's; it starts afresh")
+        return new
+    groups = new["settings"]["groups"]
+    kept = [g for g in old["settings"]["groups"] if g not in groups]
+    runs = [r for r in old["runs"] if r["group"] in kept] + new["runs"]
+    walls = {**old.get("walls", {"": {"wall_s": old["wall_s"],
+                                      "search_wall_s": old["search_wall_s"]}}),
+             **new["walls"]}
+    sim_wall = sum(r["wall_s"] for r in runs)
+    order = [g for g in GROUPS if g in kept + groups]
+    return {**new, "settings": {**new["settings"], "groups": order},
+            "wall_s": sum(w["wall_s"] for w in walls.values()),
+            "search_wall_s": sum(w["search_wall_s"] for w in walls.values()),
+            "events": sum(r["events"] for r in runs),
+            "events_per_s": sum(r["events"] for r in runs) / sim_wall,
+            "table": {g: ({**old["table"], **new["table"]})[g] for g in order},
+            "searches": {k: v for k, v in {**old["searches"], **new["searches"]}.items()
+                         if k.split("/")[0] in order},
+            "runs": runs, "walls": walls}
 
 
 def _train_devices(r: dict) -> int:

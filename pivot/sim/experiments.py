@@ -34,6 +34,41 @@ def run_one(job: tuple) -> dict:
     return res
 
 
+ALIAS = {"full": "pivotrl"}
+"""Deployments whose gin file is another's with only ``Deployment.name`` changed
+(gin/strategies/full.gin includes pivotrl.gin): their runs are the other's runs."""
+
+
+def run_key(group: str, dep: str, bindings) -> tuple:
+    """What makes two runs the same run (the simulator is deterministic in its gin files
+    and bindings, whatever their order)."""
+    return group, ALIAS.get(dep, dep), frozenset(bindings)
+
+
+def fig9_runs(tag: str = "") -> dict[tuple, dict]:
+    """fig. 9's runs at a regime (results/sim/fig9<tag>.json) by ``run_key``."""
+    import json
+    path = ROOT / f"results/sim/fig9{tag}.json"
+    if not path.is_file():
+        return {}
+    return {run_key(r["group"], r["deployment"], r["bindings"]): r
+            for r in json.loads(path.read_text())["runs"]}
+
+
+def run_or_reuse(jobs: list[tuple], done: dict[tuple, dict], workers: int = 2) -> list[dict]:
+    """``run_many``, except that a job (without trace) whose ``run_key`` is in ``done``
+    takes that run's result (fig. 11 and 14 reuse fig. 9's disaggregated and PivotRL
+    runs) instead of running again. Results keep the job's deployment name."""
+    keys = [run_key(g, d, b) for g, d, b, _ in jobs]
+    todo = [j for j, k in zip(jobs, keys) if j[3] or k not in done]
+    fresh = iter(run_many(todo, workers))
+    out = []
+    for j, k in zip(jobs, keys):
+        r = next(fresh) if (j[3] or k not in done) else {**done[k], "reused": True}
+        out.append({**r, "deployment": j[1], "bindings": list(j[2])})
+    return out
+
+
 def run_many(jobs: list[tuple], workers: int = 2) -> list[dict]:
     if workers <= 1:
         return [run_one(j) for j in jobs]
@@ -87,22 +122,7 @@ def search(group: str, dep: str, base: list[str], workers: int = 2, rounds: int 
             if runs is not None:
                 runs[split] = result
 
-    ev = Batched()
-    ev.prefetch(_candidates(space, start))
-    return S.search_split(space, start, ev, rounds=rounds)
-
-
-def _candidates(space, start) -> list:
-    """The first round's sweeps (prefetched in parallel)."""
-    cur = space.make(start.reward, start.training)
-    out = [cur] + [space.make(cur.reward, t) for t in space.training_values()]
-    if space.free_reward:
-        share = cur.reward / max(1, space.devices - cur.training)
-        out += [space.make(max(space.reward_size, int(round(share * (space.devices - t)
-                                                             / space.reward_size))
-                               * space.reward_size), t) for t in space.training_values()]
-        out += [space.make(r, cur.training) for r in space.reward_values(cur.training)]
-    return out
+    return S.search_split(space, start, Batched(), rounds=rounds)
 
 
 def wandb_log(name: str, config: dict, metrics: dict, group: str | None = None) -> None:

@@ -50,6 +50,10 @@ class SimResult:
     training_phases: dict = field(default_factory=dict)
     """Seconds of each training phase of a mean step (``TrainingProfile.phase_seconds``
     of the mean batch tokens)."""
+    step_processed: list = field(default_factory=list)
+    """Tokens counted in ``throughput`` per step, steps 0..S-1 (a window that starts
+    later, e.g. past the pipeline fill of a stale deployment, is measured from these and
+    ``train_steps``: ``window_throughput``)."""
 
     def to_dict(self, trace: bool = False) -> dict:
         d = asdict(self)
@@ -57,6 +61,16 @@ class SimResult:
             d.pop("trace")
             d.pop("shift_log")
         return d
+
+
+def window_throughput(step_processed: list, train_steps: list, first: int) -> float:
+    """Tokens/s of steps ``first``..S-1 over the time from the end of training step
+    ``first - 1`` to the end of the last (``first`` 1: ``SimResult.throughput``). With a
+    staleness of s, rollout and reward of steps 1..s can run during step 0's wait, which
+    the default window credits to it; ``first`` = s + 1 leaves that pipeline fill out."""
+    if not 1 <= first < len(train_steps):
+        raise ValueError(f"window_throughput: first={first} outside 1..{len(train_steps) - 1}")
+    return sum(step_processed[first:]) / (train_steps[-1][2] - train_steps[first - 1][2])
 
 
 @dataclass
@@ -152,6 +166,7 @@ class Tracer:
             migration=dict(self.migration), shift_phases=phases, trace=self.samples,
             shift_log=self.shifts, train_steps=[list(s) for s in steps],
             rollout_end=sorted([k, v] for k, v in c.rollout_end.items()),
+            step_processed=[wf.step_processed.get(s, 0) for s in range(wf.steps)],
             training_phases=g.training.phase_seconds(
                 g.policy, sum(wf.step_tokens.values()) / len(wf.step_tokens),
                 driver.train_needed))

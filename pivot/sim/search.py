@@ -115,15 +115,12 @@ def search_split(space: SplitSpace, start: Split, evaluate: Callable[[Split], fl
     cur = space.make(start.reward, start.training)
     if cur is None:
         raise ConfigError(f"search_split: start {start} is not admissible in {space}")
+    # the start runs together with the first training sweep
+    prefetch([cur] + [s for s in training_sweep(space, cur) if s is not None and s != cur])
     score(cur)
     for _ in range(rounds):
         before = cur
-        options = [space.make(cur.reward, t) for t in space.training_values()]
-        if space.free_reward:
-            # keep reward's share of the pool when training changes
-            share = cur.reward / max(1, space.devices - cur.training)
-            options = [space.make(_round(share * (space.devices - t), space.reward_size), t)
-                       for t in space.training_values()]
+        options = training_sweep(space, cur)
         prefetch([s for s in options if s is not None and s not in tried])
         for s in filter(None, options):
             score(s)
@@ -138,6 +135,17 @@ def search_split(space: SplitSpace, start: Split, evaluate: Callable[[Split], fl
             break
     best = max(tried, key=tried.__getitem__)
     return SearchResult(best, tried[best], tried)
+
+
+def training_sweep(space: SplitSpace, cur: Split) -> list[Split | None]:
+    """Every admissible training share with the rest as in ``cur`` (app. E): the same rule
+    for every deployment; a static split keeps reward's share of the pool, a shared pool
+    (rr-colocated, PivotRL) has nothing else to keep."""
+    if not space.free_reward:
+        return [space.make(cur.reward, t) for t in space.training_values()]
+    share = cur.reward / max(1, space.devices - cur.training)
+    return [space.make(_round(share * (space.devices - t), space.reward_size), t)
+            for t in space.training_values()]
 
 
 def _round(x: float, size: int) -> int:
