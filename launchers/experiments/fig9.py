@@ -38,6 +38,8 @@ def main() -> None:
     p.add_argument("--no_search", action="store_true", help="use table 4's splits")
     p.add_argument("--groups", nargs="*", default=GROUPS)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--out", default=None,
+                   help="result file name under results/sim (default fig9<regime tag>.json)")
     a = p.parse_args()
     if a.search_steps is None:
         a.search_steps = a.steps
@@ -94,7 +96,7 @@ def main() -> None:
            "searches": searches, "runs": runs,
            "walls": {",".join(a.groups): {"wall_s": wall, "search_wall_s": t_search}}}
     (ROOT / "results/sim").mkdir(parents=True, exist_ok=True)
-    path = ROOT / f"results/sim/fig9{tag}.json"
+    path = ROOT / "results/sim" / (a.out or f"fig9{tag}.json")
     if path.is_file():
         out = merge(json.loads(path.read_text()), out)
     path.write_text(json.dumps(out, indent=1))
@@ -118,7 +120,7 @@ SAME = ("seeds", "steps", "prompts", "n", "search_steps", "no_search")
 def merge(old: dict, new: dict) -> dict:
     """``new``'s groups replace those in ``old`` and the others stay, when both were
     measured with the same settings (``SAME``); else ``new`` alone."""
-    if any(old.get("settings", {}).get(k) != new["settings"][k] for k in SAME):
+    if any(old.get("settings", {}).get(k) != new["settings"].get(k) for k in SAME):
         print("fig9: settings differ from the existing file's; it starts afresh")
         return new
     groups = new["settings"]["groups"]
