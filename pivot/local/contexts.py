@@ -76,7 +76,8 @@ class SlotGeneratorContext(GeneratorContext):
 
 @dataclass
 class SlotTrainerContext:
-    """Training context over the torchtitan trainer (single process per training replica).
+    """Training context over the torchtitan trainer: this slot's rank of the training
+    replica, FSDP2 over gloo across the replica's slots (sec. 5.2, 8.1).
 
     Attributes:
         model_dir: the policy's HF folder (architecture; weights come from GPS).
@@ -88,6 +89,13 @@ class SlotTrainerContext:
             rows: none). A slot's first step otherwise cost 2.5-3x the CPU of later ones
             (1.4-1.7 s against 0.55 s in `local_experiments.py throughput`), paid by
             whichever deployment first trained on that slot.
+
+    Shift up joins the replica's group (``join``, before the GPS Read): the same group as
+    last time is preserved context and kept; another set of slots gets a new gloo group,
+    and if the sharding changes (another rank or size) the model and AdamW are rebuilt for
+    it, so the offloaded optimizer shards no longer apply: the driver then sends the full
+    state (``set_optimizer_state``), which each rank cuts to its shard. ``optimizer_tag``
+    says which state a rank holds, so the driver sends only when some rank lacks it.
     """
 
     model_dir: str
@@ -99,13 +107,15 @@ class SlotTrainerContext:
     timings: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        import os
+
         from pivot.roles.trainer import Trainer
 
         self.role = Role.TRAINING
         self.model = MODEL_OF_ROLE[Role.TRAINING]
+        self.device = int(os.environ.get("PIVOT_SLOT_DEVICE", "0"))  # set by SlotActor
         cfg = Trainer.Config(model=self.model_dir, max_seq_len=self.max_seq_len,
-                             seed=self.seed, optimizer=Trainer.Optimizer(lr=self.lr),
-                             fsdp=False)
+                             seed=self.seed, optimizer=Trainer.Optimizer(lr=self.lr))
         self.trainer = Trainer(cfg)
         self.trainer.setup()
         if self.warmup_rows > 0:
@@ -113,7 +123,12 @@ class SlotTrainerContext:
         self.trainer.release_parameters()
         self.names: tuple[str, ...] | None = None
         self.loaded = False
-        self._pending_opt: dict | None = None
+        self.group: Any = None
+        """``pivot.roles.titan.group.JoinedGroup`` of the current training replica."""
+        self.optimizer_tag: tuple | None = None
+        """(run, version) of the AdamW state this rank holds: the state after ``version``
+        updates of that run; None when it holds none that is valid (rebuilt)."""
+        self._pending_opt: tuple[dict, tuple] | None = None
 
     def _warmup(self) -> float:
         """One GRPO step on random tokens with the build-time random weights, then fresh
@@ -132,6 +147,31 @@ class SlotTrainerContext:
         self.trainer.optimizer.state.clear()
         self.trainer.version = 0
         return time.perf_counter() - t
+
+    # ---- the training replica's group (shift up, before the GPS Read) -------------
+    def join(self, spec: Any) -> dict[str, float]:
+        """Joins the replica's group ``spec`` (``pivot.roles.titan.group.GroupSpec``);
+        collective: every slot of ``spec.devices`` calls it at the same time. Returns
+        phase -> seconds (``join_group``, and ``rebuild_model`` when the sharding
+        changed)."""
+        from pivot.roles.titan.group import JoinedGroup
+
+        t = time.perf_counter()
+        old = self.group
+        if old is not None and old.spec.key == spec.key:
+            return {"join_group": 0.0}   # preserved: the same slots as last time
+        new = JoinedGroup.join(spec, self.device)
+        phases = {"join_group": time.perf_counter() - t}
+        if old is not None:
+            old.close()
+        self.group = new
+        if new.pg is not None or self.trainer.world_size > 1:
+            t = time.perf_counter()
+            self.trainer.setup(new.pg, new.mesh)   # shards for this rank of this group
+            self.trainer.release_parameters()      # the GPS Read that follows fills them
+            self.loaded, self.optimizer_tag = False, None
+            phases["rebuild_model"] = time.perf_counter() - t
+        return phases
 
     # ---- RoleContext -------------------------------------------------------------
     def discard(self, category: ContextCategory) -> None:
@@ -155,27 +195,36 @@ class SlotTrainerContext:
 
     @property
     def weights(self) -> dict[str, torch.Tensor]:
-        """HF-named tensors under GPS's names (for ``SlotActor.write_back``)."""
+        """HF-named tensors under GPS's names (for ``SlotActor.write_back``): full tensors
+        on rank 0, {} on the other ranks. Collective across the replica's slots."""
         if not self.loaded:
             return {}
         sd = self.trainer.state_dict_hf()
+        if self.trainer.rank != 0:
+            return {}
         return {k: sd[k] for k in (self.names or sd)}
 
     def describe(self) -> dict[str, Any]:
+        g = self.group
         return {"kv_capacity": 0, "loaded": self.loaded,
+                "group": None if g is None else {"key": g.spec.key, "rank": g.rank,
+                                                 "devices": list(g.spec.devices)},
                 "items": self.trainer.context_items()}
 
-    # ---- training calls (SlotActor.invoke) ---------------------------------------
+    # ---- training calls (SlotActor.invoke, on every slot of the replica) ----------
     def train_step(self, batch: TrainBatch, version: int | None = None) -> dict[str, float]:
-        """One GRPO update: forward_backward on the whole batch, then optim_step.
+        """One GRPO update: forward_backward on the whole batch (each rank trains on its
+        rows), then optim_step. Collective across the replica's slots.
 
         ``version``: the policy version being trained (the loop's); training moves between
         slots, so a slot's own counter would drift from it."""
         if version is not None:
             self.trainer.version = version
         if self._pending_opt is not None:
-            self.trainer.optimizer.load_state_dict(self._pending_opt)
+            state, tag = self._pending_opt
             self._pending_opt = None
+            self.timings.update(self.trainer.load_optimizer_state(state))
+            self.optimizer_tag = tag
         t, cpu = time.perf_counter(), time.thread_time()
         out = self.trainer.forward_backward(batch)
         out.update(self.trainer.optim_step())
@@ -183,19 +232,32 @@ class SlotTrainerContext:
         # for the cores, not for compute
         out["trainer/compute_s"] = time.perf_counter() - t
         out["trainer/thread_cpu_s"] = time.thread_time() - cpu
+        out["trainer/world_size"] = float(self.trainer.world_size)
+        if self.optimizer_tag is not None:
+            self.optimizer_tag = (self.optimizer_tag[0], self.trainer.version)
         return out
 
-    def reset_optimizer(self) -> None:
-        """Fresh AdamW moments and step counts (a new run on a reused slot)."""
+    def reset_optimizer(self, tag: tuple | None = None) -> None:
+        """Fresh AdamW moments and step counts (a new run on a reused slot); ``tag``:
+        (run, version) the fresh state stands for."""
         self._pending_opt = None
         self.trainer.optimizer.state.clear()
+        self.optimizer_tag = tag
 
     def optimizer_state(self) -> dict:
-        return self.trainer.optimizer.state_dict()
+        """AdamW state by parameter name, full tensors (``titan.optim_state``), on rank 0;
+        {} on the others. Collective across the replica's slots."""
+        state = self.trainer.full_optimizer_state()
+        return state if self.trainer.rank == 0 else {}
 
-    def set_optimizer_state(self, state: dict) -> None:
-        """Restores AdamW state from a checkpoint before the next step."""
-        self._pending_opt = state
+    def held_optimizer_tag(self) -> tuple | None:
+        """``optimizer_tag`` (for the driver: does this rank hold the latest state?)."""
+        return self.optimizer_tag
+
+    def set_optimizer_state(self, state: dict, tag: tuple | None = None) -> None:
+        """Restores AdamW state (``optimizer_state``'s, from any slots) before the next
+        step; this rank keeps its shard. ``tag``: (run, version) of that state."""
+        self._pending_opt = (state, tag)
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,11 @@ from typing import Any
 
 from pivot.planner.monitor import RoleShape, snapshot
 from pivot.planner.plan import ShiftPlan
+from pivot.errors import StateError
 from pivot.rl.batch import build_train_batch
 from pivot.rl.ports import LoopStatus
 from pivot.rl.trajectory import PromptGroup
+from pivot.roles.titan.batch import TrainBatch
 from pivot.shifting.executor import ShiftExecutor
 from pivot.shifting.role_shift import SlotKind
 from pivot.types import INFERENCE_ROLES, POLICY, Role, TrainingLoad
@@ -148,43 +150,81 @@ def _mig(m) -> dict[str, float]:
 
 
 class LocalTrainer:
-    """The TrainerPort over the training slot (sec. 5.1: Write after each step)."""
+    """The TrainerPort over the training replica's slots (sec. 5.1: Write after each step).
+
+    Every call goes to all of the replica's slots at once (they are ranks of one FSDP2
+    group, and each call is collective); rank 0's answer is the replica's. The driver
+    keeps the full AdamW state after each step (for checkpoints and for moves): when
+    training comes back on slots that do not hold the latest state (``optimizer_tag``),
+    it is sent to them before the step and each rank cuts its shard.
+    """
 
     def __init__(self, ctl, fleet, control: LocalControl, source, pad_id: int,
                  keep_optimizer: bool = True):
+        import uuid
+
         self.ctl, self.fleet, self.control, self.source = ctl, fleet, control, source
         self.pad_id, self.keep_optimizer = pad_id, keep_optimizer
         self.optimizer: dict | None = None
+        self.run_id = uuid.uuid4().hex[:8]   # tags this run's AdamW state in the slots
         self._restore_opt: dict | None = None
         self._fresh = True   # a reused slot keeps the last run's AdamW state: clear it
+        self.optimizer_moves = 0
 
     def ready(self) -> bool:
         return bool(self.control.training_devices())
 
+    def _all(self, devs: Sequence[int], method: str, **kwargs: Any) -> list[Any]:
+        """``method`` on every slot of the replica at once; their results in rank order."""
+        pending = [self.ctl.invoke_start(d, method, **kwargs) for d in devs]
+        return [p.get() for p in pending]
+
     def train(self, groups: Sequence[PromptGroup], version: int) -> dict[str, float]:
-        dev = self.control.training_devices()[0]
-        batch = build_train_batch(groups, self.pad_id)
+        return self.train_batch(build_train_batch(groups, self.pad_id), version)
+
+    def train_batch(self, batch: TrainBatch, version: int) -> dict[str, float]:
+        """One GRPO step of the replica on ``batch`` (every rank gets it whole and trains
+        on its rows); the full AdamW state is sent first if a rank lacks it."""
+        devs = self.control.training_devices()
+        tag = (self.run_id, version)
+        m_extra: dict[str, float] = {}
         if self._restore_opt is not None:
-            self.ctl.invoke(dev, "set_optimizer_state", state=self._restore_opt)
+            self._all(devs, "set_optimizer_state", state=self._restore_opt, tag=tag)
             self._restore_opt = None
         elif self._fresh:
-            self.ctl.invoke(dev, "reset_optimizer")
+            self._all(devs, "reset_optimizer", tag=tag)
+        else:
+            t = time.perf_counter()
+            held = self._all(devs, "held_optimizer_tag")
+            if any(h != tag for h in held):
+                # training came back on slots without the latest state (or resharded)
+                if self.optimizer is None:
+                    raise StateError(f"training on slots {list(devs)} at version {version}: "
+                                     f"they hold AdamW states {held} and the driver kept "
+                                     f"none (LocalTrainer.keep_optimizer=False)")
+                self._all(devs, "set_optimizer_state", state=self.optimizer, tag=tag)
+                self.optimizer_moves += 1
+                m_extra["trainer/optimizer_send_s"] = time.perf_counter() - t
         self._fresh = False
         t = time.perf_counter()
-        m = self.ctl.invoke(dev, "train_step", batch=batch, version=version)
+        m = self._all(devs, "train_step", batch=batch, version=version)[0]
         m["trainer/step_s"] = time.perf_counter() - t
+        m.update(m_extra)
         if self.keep_optimizer:
             t = time.perf_counter()
-            self.optimizer = self.ctl.invoke(dev, "optimizer_state")
+            self.optimizer = self._all(devs, "optimizer_state")[0]
             m["trainer/optimizer_fetch_s"] = time.perf_counter() - t
         return m
 
     async def publish(self, version: int) -> dict[str, float]:
-        """GPS Write from the training slot, then every rollout replica Reads it; both
-        awaited (the RL loop's event loop keeps running)."""
-        dev = self.control.training_devices()[0]
+        """GPS Write from the training replica (its slots gather the weights together and
+        rank 0 writes), then every rollout replica Reads it; both awaited (the RL loop's
+        event loop keeps running)."""
+        devs = self.control.training_devices()
         t = time.perf_counter()
-        await self.ctl.write_back_start(dev).wait()
+        pending = [self.ctl.write_back_start(d) for d in devs]
+        for p in pending:
+            await p.wait()
         self.control.publishes += 1
         write_s = time.perf_counter() - t
         refresh_s = await self.fleet.refresh_rollout_async()

@@ -168,16 +168,29 @@ class LocalDriver:
         self.run_dir = Path(run_dir) if run_dir else None
         self.stack, self._own_stack = stack, False
         self.observer = observer
-        self.train_needed = 1   # one single-process trainer (no DP across slots here)
-        check(deployment.training_devices in (0, -1, 1), "Deployment.training_devices",
-              deployment.training_devices, "the local driver trains on 1 slot: 0, 1 or -1")
+        # training's slots: every slot (colocated), the deployment's, or the group's;
+        # one FSDP2 rank on each (pivot.local.contexts.SlotTrainerContext)
+        td = deployment.training_devices
+        check_range("Deployment.training_devices", td, -1, group.devices, integer=True,
+                    why=f"-1: every slot; 0: LocalGroup.training_devices; at most "
+                        f"LocalGroup.devices={group.devices}")
+        self.train_needed = group.devices if td == -1 else (td or group.training_devices)
+        rows = stream.prompts_per_step * group.n
+        check(rows >= self.train_needed, "PromptStream.prompts_per_step", stream.prompts_per_step,
+              f"x LocalGroup.n={group.n} = {rows} rows a step, fewer than the "
+              f"{self.train_needed} training slots (each FSDP2 rank trains on >= 1 row); "
+              f"raise it or lower the training slots")
         ro, rm = deployment.rollout_devices, deployment.reward_devices
-        pool = group.devices - (1 if deployment.training_home else 0)
+        pool = group.devices - (self.train_needed if deployment.training_home else 0)
+        check(pool >= 1, "Deployment.training_devices", td,
+              f"training holds {self.train_needed} of LocalGroup.devices={group.devices} slots "
+              f"from the start (Deployment.training_home), leaving none for inference; lower "
+              f"it (or LocalGroup.training_devices)")
         ro = pool - rm if ro == -1 else ro
         check(0 <= ro and 0 <= rm and ro + rm <= pool,
               f"Deployment {deployment.name!r}: rollout_devices, reward_devices", (ro, rm),
               f"together at most {pool} (LocalGroup.devices={group.devices}"
-              f"{' less 1 training slot' if deployment.training_home else ''})")
+              f"{f' less {self.train_needed} training slots' if deployment.training_home else ''})")
         self.split = (ro, rm)
         # built here, not at run time: its checks (and those against this group's slots)
         # fail before any engine starts
@@ -254,7 +267,8 @@ class LocalDriver:
         else:
             train, split = self.dep.training_home, self.split
         if train:
-            devs = (free.pop(),)
+            devs = tuple(free[-self.train_needed:])
+            free = free[:-self.train_needed]
             ex.execute(ShiftPlan(Role.TRAINING, (ShiftDown(None, None, devs),), (devs,),
                                  reason="provision"))
         for role, count in zip(INFERENCE_ROLES, split):

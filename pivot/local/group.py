@@ -31,6 +31,10 @@ class LocalGroup:
         policy_dir / genrm_dir: HF folders of the two models (launchers/build_models.py);
             if absent and ``random_if_missing``, random tiny Qwen3s are written instead
             (they cannot learn the task: the run then only exercises the system).
+        training_devices: slots of a training replica when the deployment leaves it to the
+            group (``Deployment.training_devices = 0``: disaggregated, rr-colocated,
+            PivotRL); its trainer runs FSDP2 over gloo across them (sec. 8.1).
+            Colocated trains on every slot (``Deployment.training_devices = -1``).
         n: responses per prompt (GRPO group).
         max_response_tokens / max_judge_tokens: generation caps.
         temperature: rollout sampling temperature (the GenRM judges greedily).
@@ -47,6 +51,7 @@ class LocalGroup:
     policy_dir: str = "cache/models/policy"
     genrm_dir: str = "cache/models/genrm"
     random_if_missing: bool = False
+    training_devices: int = 1
     n: int = 4
     max_response_tokens: int = 48
     max_judge_tokens: int = 48
@@ -69,6 +74,9 @@ class LocalGroup:
         check_range("LocalGroup.devices", self.devices, 2, integer=True,
                     why="the local driver needs >= 2 device slots (rollout/reward and "
                         "training)")
+        check_range("LocalGroup.training_devices", self.training_devices, 1, self.devices,
+                    integer=True, why=f"slots of a training replica, at most "
+                                      f"LocalGroup.devices={self.devices}")
         check_range("LocalGroup.n", self.n, 2, integer=True,
                     why="GRPO needs >= 2 responses per prompt")
         for k in ("max_response_tokens", "max_judge_tokens"):

@@ -91,20 +91,44 @@ class Trainer:
         self.optimizer: torch.optim.Optimizer | None = None
         self.version = 0
         self.rank, self.world_size = 0, 1
+        self.group: Any = None
+        """The data-parallel group (None: the default group, or a single process)."""
         self._stash = HostStash()
         self._released: list[tuple[torch.Tensor, int]] = []
         self._activation_bytes = 0
 
     # ---------------------------------------------------------------- building
-    def setup(self) -> dict[str, Any]:
-        """Builds the model (FSDP2-sharded when distributed) and AdamW."""
+    def setup(self, group: Any = None, mesh: Any = None) -> dict[str, Any]:
+        """Builds the model (FSDP2-sharded when distributed) and AdamW.
+
+        Args:
+            group: the data-parallel process group (None: the default group, when one of
+                more than one rank is initialised, else a single process). Called again
+                with another group, it rebuilds the model and optimizer for it (training
+                moved to other devices, sec. 5.2): parameters come back by
+                ``load_hf_state_dict`` and optimizer state by ``load_optimizer_state``.
+            mesh: the 1-D device mesh over ``group`` (required with ``group``;
+                ``pivot.compat.torch_dist.side_group_mesh``).
+        """
         t0 = time.perf_counter()
-        if dist.is_available() and dist.is_initialized():
+        if group is not None:
+            if mesh is None:
+                raise ConfigError("Trainer.setup: a process group needs its device mesh "
+                                  "(pivot.compat.torch_dist.side_group_mesh(group))")
+            self.rank, self.world_size = group.rank(), group.size()
+        elif dist.is_available() and dist.is_initialized():
             self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        else:
+            self.rank, self.world_size = 0, 1
+        self.group = group
         model = build_qwen3(self.model_config, seed=self.config.seed)
         if self.world_size > 1 and self.config.fsdp:
-            _apply_fsdp(model, self.world_size)
+            if mesh is None:
+                from torch.distributed.device_mesh import init_device_mesh
+                mesh = init_device_mesh("cpu", (self.world_size,), mesh_dim_names=("fsdp",))
+            _apply_fsdp(model, mesh)
         self.model = model
+        self._stash, self._released = HostStash(), []
         opt = self.config.optimizer
         self.optimizer = torch.optim.AdamW(
             model.parameters(), lr=opt.lr, betas=opt.betas, eps=opt.eps,
@@ -173,9 +197,11 @@ class Trainer:
     def state_dict_hf(self) -> dict[str, torch.Tensor]:
         """Full (unsharded) HF-named tensors for a GPS Write. Collective under FSDP."""
         model = self._require_model("state_dict_hf")
+        from pivot.roles.titan.gather import gather_full
+
+        sd = model.state_dict()
         with torch.no_grad():
-            full = {k: (v.full_tensor() if isinstance(v, DTensor) else v.detach().clone())
-                    for k, v in model.state_dict().items()}
+            full = dict(zip(sd, gather_full(list(sd.values()))))
         return self.adapter.to_hf(full)
 
     def release_parameters(self) -> dict[str, Any]:
@@ -196,6 +222,28 @@ class Trainer:
         return {"trainer/release/bytes": total}
 
     # ---------------------------------------------------------------- shifting
+    def full_optimizer_state(self) -> dict[str, Any]:
+        """AdamW state by parameter name with full tensors (``titan.optim_state``), on
+        every rank. Collective under FSDP."""
+        from pivot.roles.titan.optim_state import full_state
+
+        model = self._require_model("full_optimizer_state")
+        assert self.optimizer is not None
+        return full_state(model, self.optimizer)
+
+    def load_optimizer_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """Replaces AdamW's state with ``state`` from ``full_optimizer_state`` (from any
+        number of ranks); each rank keeps its shard. Drops offloaded state (superseded)."""
+        from pivot.roles.titan.optim_state import load_full_state
+
+        if self.model is None or self.optimizer is None:
+            raise StateError("Trainer.load_optimizer_state: call setup() first")
+        t0 = time.perf_counter()
+        self._stash = HostStash()
+        n = load_full_state(self.model, self.optimizer, state)
+        return {"trainer/optim_load/params": n,
+                "trainer/optim_load/seconds": time.perf_counter() - t0}
+
     def _offloadable(self) -> list[torch.Tensor]:
         assert self.model is not None and self.optimizer is not None
         out = [t for st in self.optimizer.state.values() for t in st.values()
@@ -270,7 +318,7 @@ class Trainer:
         padded = torch.zeros(width, lp.shape[1])
         padded[: lp.shape[0]] = lp
         parts = [torch.empty_like(padded) for _ in range(self.world_size)]
-        dist.all_gather(parts, padded)
+        dist.all_gather(parts, padded, group=self.group)
         return torch.cat([p[: len(r)] for p, r in zip(parts, rows)])
 
     def forward_backward(self, batch: TrainBatch, num_tokens: int | None = None
@@ -309,7 +357,7 @@ class Trainer:
         loss.backward()
         stats = torch.stack([metrics[k] for k in sorted(metrics)]).detach()
         if self.world_size > 1:
-            dist.all_reduce(stats)
+            dist.all_reduce(stats, group=self.group)
         out = {f"trainer/fb/{k}": float(v) for k, v in zip(sorted(metrics), stats)}
         if batch.policy_version is not None:
             out["trainer/fb/staleness_max"] = float(self.version - batch.policy_version.min())
@@ -337,15 +385,13 @@ class Trainer:
                 "trainer/optim/seconds": time.perf_counter() - t0}
 
 
-def _apply_fsdp(model: torch.nn.Module, world_size: int) -> None:
-    """FSDP2 per transformer block and at the root, over the default (gloo) group."""
-    from torch.distributed.device_mesh import init_device_mesh
+def _apply_fsdp(model: torch.nn.Module, mesh: Any) -> None:
+    """FSDP2 per transformer block and at the root, over ``mesh``'s (gloo) group."""
     from torch.distributed.fsdp import fully_shard
 
     from pivot.compat.torchtitan import sum_reduction_over_gloo, use_partial_dtensor
 
     use_partial_dtensor()  # spmd_types needs torch >= 2.14 (docs/stack.md)
-    mesh = init_device_mesh("cpu", (world_size,), mesh_dim_names=("fsdp",))
     for block in model.layers.values():
         fully_shard(block, mesh=mesh, reshard_after_forward=True)
     fully_shard(model, mesh=mesh, reshard_after_forward=True)

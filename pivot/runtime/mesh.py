@@ -20,6 +20,7 @@ from typing import Any
 
 from pivot.compat.monarch import install_fault_hook
 from pivot.errors import StateError
+from pivot.roles.titan.group import GroupStore
 from pivot.runtime.provision import Allocation, allocate, spawn_on
 from pivot.runtime.slot import SlotActor
 from pivot.shifting.contexts import RoleContext
@@ -76,6 +77,8 @@ class MeshController:
         self.spawn_s = time.perf_counter() - t
         self.device_map = DeviceMap(alloc.device_host, clock=clock)
         self.shifter = Shifter(self.device_map, self)
+        self.training_groups = GroupStore(prefix=f"{self._prefix}train")
+        """The store and specs of the training replicas' process groups."""
         log.info("spawned %d slots in %.2f s", len(self.slots), self.spawn_s)
 
     @property
@@ -115,7 +118,12 @@ class MeshController:
                        devices: tuple[int, ...]) -> "_PendingShift":
         """Starts the shift up on every device of the replica; ``.get()`` waits."""
         layout = self.layouts(role, devices) if self.layouts is not None else None
-        if layout is None:  # a full copy per device (every local-driver replica)
+        if role is Role.TRAINING and layout is None:
+            # one rank per device, joined in the replica's gloo group (FSDP2, sec. 5.2)
+            spec = self.training_groups.spec(tuple(devices))
+            futs = [self.slots[d].shift_up.call_one(role, replica_id, None, tuple(devices),
+                                                    spec) for d in devices]
+        elif layout is None:  # a full copy per device (every local-driver replica)
             futs = [self.slots[d].shift_up.call_one(role, replica_id) for d in devices]
         else:  # each slot Reads its own shard of the replica's layout
             futs = [self.slots[d].shift_up.call_one(role, replica_id, layout, tuple(devices))
@@ -179,6 +187,7 @@ class MeshController:
             raise StateError(f"recover: devices {bad} are not lost "
                              f"({[self.device_map.state(d).describe() for d in bad]})")
         secs = 0.0
+        self.training_groups.forget()   # a reset slot lost its groups: form new ones
         for d in devices:
             t = time.perf_counter()
             if d in self.dead:

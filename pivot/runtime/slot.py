@@ -80,13 +80,17 @@ class SlotActor(Actor):
 
     @endpoint
     def shift_up(self, role: Role, replica_id: str, layout: Any = None,
-                 devices: tuple[int, ...] | None = None) -> tuple[dict[str, float], int]:
+                 devices: tuple[int, ...] | None = None,
+                 group: Any = None) -> tuple[dict[str, float], int]:
         """Shift-up actions of ``role``: GPS Read, reload, reallocate.
 
         Args:
             layout: the replica's layout P (None: a full copy on this device).
             devices: the replica's devices G, rank order of ``layout``, this one among
                 them; the Read returns this device's shard only (sec. 5.1).
+            group: the training replica's process group to join first
+                (``pivot.roles.titan.group.GroupSpec``; every slot of it is shifted up at
+                the same time), for a context with ``join``.
         Returns:
             (phase -> seconds, the context's KV capacity in tokens; 0 for training).
         """
@@ -108,7 +112,8 @@ class SlotActor(Actor):
                 return self.source.read(ctx.model, group, layout,
                                         only=(self.device,))[self.device]
 
-        phases = apply_steps(ctx, shift_up_steps(role), read)
+        joined = ctx.join(group) if group is not None and hasattr(ctx, "join") else {}
+        phases = {**joined, **apply_steps(ctx, shift_up_steps(role), read)}
         self.active, self.replica_id = role, replica_id
         return phases, int(ctx.describe().get("kv_capacity", 0))
 
@@ -150,12 +155,17 @@ class SlotActor(Actor):
 
     @endpoint
     def write_back(self, layout: Any = None) -> float:
-        """Writes the active context's weights to the source (training, after a step)."""
+        """Writes the active context's weights to the source (training, after a step).
+
+        Called on every slot of a training replica (gathering the weights is collective);
+        the ranks whose context returns no weights write nothing (rank 0 writes)."""
         if self.active is None:
             raise StateError(f"slot {self.device}: write_back with no active role")
         ctx = self.contexts[self.active]
         t = time.perf_counter()
-        self.source.write(ctx.model, (self.device,), layout, {self.device: dict(ctx.weights)})
+        weights = dict(ctx.weights)
+        if weights:
+            self.source.write(ctx.model, (self.device,), layout, {self.device: weights})
         return time.perf_counter() - t
 
     def _context(self, role: Role) -> RoleContext:

@@ -56,6 +56,9 @@ def test_each_deployment_trains_a_few_steps_within_the_staleness_bound(name, sta
         assert any(s["up_role"] == "training" for s in res.shifts)
     if name == "disaggregated":
         assert not res.shifts
+    # training's slots: all of them for colocated (FSDP2 across 4), else the group's 1
+    want = stack.group.devices if name == "colocated" else 1
+    assert all(m["trainer/world_size"] == want for m in res.steps)
 
 
 def test_a_stopped_run_resumes_at_the_same_step_with_the_same_data(stack, tmp_path):
@@ -72,3 +75,23 @@ def test_a_stopped_run_resumes_at_the_same_step_with_the_same_data(stack, tmp_pa
                 for r in PromptStream(prompts_per_step=PROMPTS, num_val=4).batch(s)]
     assert first.extra["data_order"] == [expected]
     assert rest.extra["data_order"] == []
+
+
+@pytest.mark.parametrize("name,training_devices", [("pivotrl", 2), ("disaggregated", 2)])
+def test_training_on_two_slots_completes(name, training_devices, stack, tmp_path):
+    """Training holds 2 slots (FSDP2 over gloo across them, beside each slot's engines):
+    PivotRL shifts it up and down as a whole on 2 slots, disaggregated keeps 2 slots."""
+    import dataclasses
+
+    dep = dataclasses.replace(LOCAL_DEPLOYMENTS[name], training_devices=training_devices,
+                              **({"rollout_devices": 1, "reward_devices": 1}
+                                 if name == "disaggregated" else {}))
+    res = run(stack, dep, tmp_path)
+    assert [m["step"] for m in res.steps] == [1, 2, 3]
+    assert all(m["staleness_max"] <= dep.staleness for m in res.steps)
+    assert all(m["trainer/world_size"] == 2 for m in res.steps)
+    trained = [s for s in res.trace if s["training"]]
+    assert trained and all(len(s["training"]) == 2 for s in trained)
+    if name == "pivotrl":
+        ups = [s for s in res.shifts if s["up_role"] == "training"]
+        assert ups and all(len(u["up"][0]["devices"]) == 2 for u in ups)
