@@ -42,8 +42,9 @@ log = logging.getLogger("pivot.local_experiments")
 
 def deployment_of(dep: str):
     """``pivotrl``, ``disaggregated_1_2``, ... or a PivotRL variant ``pivotrl_H<s>``,
-    ``pivotrl_min<k>``, ``pivotrl_H<s>_min<k>``: time window H (sec. 7.3; the sensitivity
-    sweep) and ``PivotPlanner.min_replicas``, the rest from gin."""
+    ``pivotrl_min<k>``, ``pivotrl_H<s>_min<k>``, ``pivotrl_train<k>``: time window H
+    (sec. 7.3; the sensitivity sweep), ``PivotPlanner.min_replicas`` and the training
+    replica's slots (``Deployment.training_devices``), the rest from gin."""
     import dataclasses
     import functools
 
@@ -53,16 +54,21 @@ def deployment_of(dep: str):
 
     if dep.startswith("pivotrl_"):
         kw: dict[str, float | int] = {}
+        train = 0
         for part in dep.removeprefix("pivotrl_").split("_"):
             if part.startswith("min") and part[3:].isdigit():
                 kw["min_replicas"] = int(part[3:])
             elif part.startswith("H"):
                 kw["H"] = float(part[1:])
+            elif part.startswith("train") and part[5:].isdigit():
+                train = int(part[5:])   # slots of the training replica (FSDP2 across them)
             else:
                 raise ConfigError(f"--deployments {dep}: unknown PivotRL variant {part!r}; "
-                                  f"use H<seconds> and/or min<replicas>, e.g. pivotrl_H10_min1")
+                                  f"use H<seconds>, min<replicas>, train<slots>, e.g. "
+                                  f"pivotrl_H10_min1")
         return dataclasses.replace(LOCAL_DEPLOYMENTS["pivotrl"], name=dep,
-                                   planner=functools.partial(PivotPlanner, **kw))
+                                   planner=functools.partial(PivotPlanner, **kw),
+                                   training_devices=train)
     known = {**LOCAL_DEPLOYMENTS, **SPLIT_VARIANTS}
     if dep not in known:
         raise ConfigError(f"--deployments {dep}: unknown; use one of {sorted(known)} or a "
