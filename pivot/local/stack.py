@@ -1,6 +1,6 @@
 """The local driver's long-lived parts: GPS with both models, the mesh of device slots
-(one in-process vLLM engine and one torchtitan trainer context each, every slot capped to
-a fixed CPU share) and the tokenizer.
+(two in-process vLLM engines, one per model, and one torchtitan trainer context each,
+every slot capped to a fixed CPU share) and the tokenizer.
 
 Engines take 45-80 s to start on this CPU (docs/stack.md), so a ``LocalStack`` is started once
 and shared by every run that fits it (tests, the four-deployment throughput measurement):
@@ -29,7 +29,7 @@ from pivot.errors import ConfigError
 from pivot.local.closers import run_closers
 from pivot.local.group import LocalGroup
 from pivot.roles.engine.config import EngineConfig
-from pivot.types import GENRM, INFERENCE_ROLES, POLICY, Role
+from pivot.types import GENRM, INFERENCE_ROLES, MODEL_OF_ROLE, POLICY, Role
 
 log = logging.getLogger(__name__)
 
@@ -108,25 +108,35 @@ class LocalStack:
         gps = spawn_host_service("gps", GPSActor, 0, storage, metas)
         self.source = GPSParameterSource([gps], metas, storage, (0,) * g.devices)
         self._load_initial()
-        ecfg = EngineConfig(self.policy_dir, max_model_len=self.max_model_len,
-                            num_blocks=g.num_blocks, cache_dir=cache, seed=self.seed)
-        self.kv_capacity = ecfg.kv_capacity
-        self.max_num_seqs = ecfg.max_num_seqs
+        # one engine per model per slot, each configured from its own folder (sec. 5.2)
+        self.engine_configs = {
+            m: EngineConfig(d, max_model_len=self.max_model_len, num_blocks=g.num_blocks,
+                            cache_dir=cache, seed=self.seed)
+            for m, d in ((POLICY, self.policy_dir), (GENRM, self.genrm_dir))}
+        ecfg = {r: self.engine_configs[MODEL_OF_ROLE[r]] for r in INFERENCE_ROLES}
+        self.kv_capacities = {r: c.kv_capacity for r, c in ecfg.items()}
+        self.kv_capacity = min(self.kv_capacities.values())
+        self.max_num_seqs = min(c.max_num_seqs for c in ecfg.values())
         cores = os.cpu_count() or 1
         factories: dict[Role, Any] = {
-            r: GeneratorFactory(r, ecfg, self.source, cores) for r in INFERENCE_ROLES}
+            r: GeneratorFactory(r, ecfg[r], self.source, cores) for r in INFERENCE_ROLES}
         factories[Role.TRAINING] = functools.partial(
             SlotTrainerContext, self.policy_dir, self.lr, self.max_model_len, self.seed)
         t = time.perf_counter()
         # engine start-up under load takes minutes on 2 shared cores: a long call timeout
         self.ctl = MeshController(allocate(g.devices), self.source, factories,
                                   call_timeout_s=900.0)
-        log.info("%d device slots with engines up in %.1f s", g.devices,
-                 time.perf_counter() - t)
+        self.slots_up_s = time.perf_counter() - t
+        log.info("%d device slots with %d engines up in %.1f s", g.devices,
+                 g.devices * len(INFERENCE_ROLES), self.slots_up_s)
         self.shares = SlotCpuShares(self.cpu_share, name=f"pivot{os.getpid()}")
         self._closers.append(self.shares.close)
+        self.engine_start_s: dict[int, dict[str, float]] = {}
         for d in range(g.devices):
-            self.shares.assign(d, self.ctl.describe(d)["pid"])
+            info = self.ctl.describe(d)
+            self.shares.assign(d, info["pid"])
+            self.engine_start_s[d] = {r: c["engine_start_s"] for r, c in
+                                      info["contexts"].items() if "engine_start_s" in c}
         self.startup_s = time.perf_counter() - t0
         return self
 

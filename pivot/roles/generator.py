@@ -1,9 +1,12 @@
 """The generator replica of the rollout and reward roles (sec. 5.2, 6): one context class
-for both, since policy and GenRM share an architecture (``pivot.models.config``).
+for both, each over its own model's engine.
 
 ``GeneratorContext`` is the ``RoleContext`` a device slot shifts (``pivot.shifting``): KV
 cache temporary, weights parameters (Read from GPS into ``reload_weights``), engine graphs
-offloadable (none in eager mode), engine definition preserved. The slot's actor
+offloadable (none in eager mode), engine definition preserved. A slot keeps a policy
+engine and a GenRM engine for the whole run (``shared_loop`` keys them by model); the one
+whose role the slot does not play sleeps (``pivot.roles.engine.sleep``: weights and KV
+cache released), from the context's build on. The slot's actor
 (``pivot.runtime.slot.SlotActor``) holds it; tests and benchmarks that want an engine
 behind an actor of its own use ``pivot.testing.generator.GeneratorActor``.
 """
@@ -24,13 +27,22 @@ from pivot.shifting.role_shift import ContextCategory
 from pivot.types import MODEL_OF_ROLE, Role
 
 
+def _asleep(engine) -> ReleaseReport:
+    """Aborts what the engine still runs (a slot rebuilt after a failure) and puts it to
+    sleep; a no-op on an engine already asleep."""
+    engine.abort(list(engine.live))
+    return engine.release()
+
+
 @dataclass
 class GeneratorContext:
-    """The rollout or reward context of one device slot, over the slot's shared engine.
+    """The rollout or reward context of one device slot, over its model's engine.
 
-    Both roles' contexts in a slot share one engine (``shared_loop``): a shift between
-    them releases and Reads weights, never restarts vLLM (sec. 5.2, preserved engine
-    definition).
+    Rollout serves the policy, reward the GenRM (``MODEL_OF_ROLE``), each on the engine
+    ``shared_loop`` keeps for that model in this process, started once and put to sleep
+    here; ``cfg`` is that model's (its own folder, lengths, KV blocks). A shift down puts
+    the engine to sleep (KV cache, then weights), a shift up wakes it (weights Read from
+    GPS, then KV cache): never an engine start (sec. 5.2, preserved engine definition).
     """
 
     role: Role
@@ -40,9 +52,10 @@ class GeneratorContext:
     def __post_init__(self) -> None:
         self.role = Role.parse(self.role)
         self.model = MODEL_OF_ROLE[self.role]
-        self.loop = shared_loop(self.cfg)
-        self.last_release: ReleaseReport | None = None
+        self.loop = shared_loop(self.model, self.cfg)
         self.holds_weights = False
+        # asleep until the first shift up Reads its weights (the start loaded the folder's)
+        self.last_release: ReleaseReport | None = self.loop.call(_asleep)
 
     def discard(self, category: ContextCategory) -> None:
         if category is ContextCategory.TEMPORARY:
@@ -73,4 +86,5 @@ class GeneratorContext:
         st = self.loop.call(lambda e: e.stats())
         return {"kv_capacity": self.cfg.kv_capacity if st.kv_allocated else 0,
                 "weights_loaded": st.weights_loaded and self.holds_weights,
+                "model": self.model, "engine_start_s": self.loop.engine.start_s,
                 "rss_bytes": st.rss_bytes, "engine": dataclasses.asdict(st)}

@@ -32,6 +32,7 @@ from pivot.roles.engine.config import EngineConfig
 from pivot.roles.engine.loop import StepLoop, shared_loop
 from pivot.roles.engine.requests import GenRequest, SeqResult
 from pivot.roles.engine.vllm_engine import EngineStats, ReleaseReport
+from pivot.types import POLICY
 
 log = logging.getLogger(__name__)
 
@@ -41,17 +42,18 @@ class GeneratorActor(Actor):
 
     Args:
         cfg: the engine configuration (the engine starts in ``setup``).
+        model: which model's engine of the proc it is (``shared_loop``'s key).
     """
 
-    def __init__(self, cfg: EngineConfig):
-        self.cfg = cfg
+    def __init__(self, cfg: EngineConfig, model: str = POLICY):
+        self.cfg, self.model = cfg, model
         self.loop: StepLoop | None = None
 
     @endpoint
     def setup(self) -> dict[str, Any]:
         """Starts the engine (or joins the slot's engine); start seconds and KV capacity.
         Raises ConfigError for a missing or malformed model folder."""
-        self.loop = shared_loop(self.cfg)
+        self.loop = shared_loop(self.model, self.cfg)
         e = self.loop.engine
         return {"start_s": e.start_s, "kv_capacity": self.cfg.kv_capacity, "pid": os.getpid()}
 

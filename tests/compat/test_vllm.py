@@ -112,6 +112,35 @@ def test_sleep_mode_still_frees_nothing_on_cpu():
                                    "on CPU; re-check StorageSet and the linear shims"
 
 
+def test_platform_device_type_is_cpu_and_the_sleep_api_the_gpu_memory_calls_exists():
+    """``platform_device_type`` picks the engine's ``EngineMemory``; ``VllmSleepMemory``
+    (GPU) calls ``LLMEngine.sleep(level=...)``, ``wake_up(tags=...)`` and takes
+    ``EngineArgs(enable_sleep_mode=...)``."""
+    from vllm import EngineArgs
+    from vllm.v1.engine.llm_engine import LLMEngine
+
+    assert vc.platform_device_type() == "cpu"
+    assert "level" in inspect.signature(LLMEngine.sleep).parameters
+    assert "tags" in inspect.signature(LLMEngine.wake_up).parameters
+    assert "enable_sleep_mode" in {f.name for f in dataclasses.fields(EngineArgs)}
+
+
+def test_storage_set_restore_is_zero_filled_even_from_a_poisoned_heap():
+    """Issue 14 item 7: ``resize_`` hands back whatever the heap holds; ``restore`` must
+    clear it (a NaN in a masked KV slot turns the logits NaN)."""
+    from pivot.testing.engine import poisoned_heap
+
+    t = torch.ones(1 << 16)  # 256 KiB: a heap chunk, below glibc's mmap threshold
+    ss = vc.StorageSet.of([t])
+    ss.release()
+    with poisoned_heap():
+        probe = torch.empty(1 << 16)
+        assert torch.isnan(probe).all(), "poisoned_heap did not poison: the test is void"
+        del probe
+        ss.restore()
+    assert t.eq(0).all()
+
+
 def test_storage_set_release_and_restore_keep_tensors_and_views():
     lin = torch.nn.Linear(16, 8)
     view = lin.weight[:2]

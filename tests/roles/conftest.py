@@ -18,6 +18,38 @@ def engine(engine_config):
 
 
 @pytest.fixture(scope="session")
+def slot_pair(engine_config, tiny_genrm):
+    """One device slot's two generator contexts, started once per session: rollout on the
+    tiny policy (its own engine, seed 1, not the ``engine`` fixture's) and reward on
+    ``tiny_genrm`` (its own config: 128 blocks, context 256). Both start asleep; each test
+    leaves them shifted down."""
+    import dataclasses
+
+    from pivot.roles.engine.config import EngineConfig
+    from pivot.roles.engine.loop import close_shared_loops
+    from pivot.roles.generator import GeneratorContext
+    from pivot.types import Role
+
+    ro = GeneratorContext(Role.ROLLOUT, dataclasses.replace(engine_config, seed=1))
+    rm = GeneratorContext(Role.REWARD, EngineConfig(tiny_genrm, max_model_len=256,
+                                                    num_blocks=128, cpu_core=0,
+                                                    cache_dir=engine_config.cache_dir))
+    yield ro, rm
+    close_shared_loops()
+
+
+@pytest.fixture(scope="session")
+def genrm_weights(tiny_genrm):
+    """Two random state dicts of the tiny GenRM's shape."""
+    return random_state_dict(tiny_genrm, 21), random_state_dict(tiny_genrm, 22)
+
+
+@pytest.fixture(scope="session")
+def hf_genrm(tiny_genrm):
+    return HFReference(tiny_genrm)
+
+
+@pytest.fixture(scope="session")
 def weights(tiny_model):
     """Two different random state dicts (HF names), standing in for two GPS Reads."""
     return random_state_dict(tiny_model, 11), random_state_dict(tiny_model, 12)

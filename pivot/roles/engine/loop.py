@@ -1,9 +1,9 @@
 """The one step loop of a generator replica: a thread that steps the engine while it holds
 sequences; every other call takes the same lock, so it lands between two steps.
 
-Plain threading, no Monarch: the actor (``pivot.roles.generator``) and the role context
-of a device slot share one loop per process (``shared_loop``), so a shift down cannot
-free memory under a running step.
+Plain threading, no Monarch: the actor (``pivot.testing.generator``) and the role context
+of a device slot share one loop per model per process (``shared_loop``), so a shift down
+cannot free memory under a running step.
 """
 
 from __future__ import annotations
@@ -169,15 +169,27 @@ class StepLoop:
         self._thread.join(timeout=10)
 
 
-_LOOPS: dict[EngineConfig, StepLoop] = {}
+_LOOPS: dict[tuple[str, EngineConfig], StepLoop] = {}
 
 
-def shared_loop(cfg: EngineConfig) -> StepLoop:
-    """The process's loop for ``cfg``, started on first use (one engine per device slot,
-    shared by the rollout and reward contexts and the generator actor)."""
-    if cfg not in _LOOPS:
-        _LOOPS[cfg] = StepLoop(VllmEngine(cfg))
-    return _LOOPS[cfg]
+def shared_loop(model: str, cfg: EngineConfig) -> StepLoop:
+    """The process's loop of ``model`` ("policy", "genrm") on ``cfg``, its engine started on
+    first use: a device slot holds one engine per model for the whole run (the rollout
+    context and the generator actor share the policy's, the reward context has the
+    GenRM's), so no shift ever starts an engine (sec. 5.2, preserved engine definition).
+
+    Keyed by the model's name as well as its config: two models built from one folder
+    (tests) still get an engine each.
+    """
+    key = (model, cfg)
+    if key not in _LOOPS:
+        _LOOPS[key] = StepLoop(VllmEngine(cfg))
+    return _LOOPS[key]
+
+
+def shared_engines() -> dict[tuple[str, EngineConfig], VllmEngine]:
+    """Every engine this process started through ``shared_loop``, by (model, config)."""
+    return {k: loop.engine for k, loop in _LOOPS.items()}
 
 
 def close_shared_loops() -> None:

@@ -2,11 +2,13 @@
 
 Releasing the KV cache and the weights themselves (vLLM's CPU build has no sleep mode:
 storages are resized to zero, the packed ``cpu_linear`` closures dropped and repacked) is
-a workaround of vLLM's internals and lives in ``pivot.compat.vllm``.
+a workaround of vLLM's internals and lives in ``pivot.compat.vllm``; the engine's sleep
+(``pivot.roles.engine.sleep``) then returns the freed heap to the OS (``trim_heap``).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 
 
@@ -45,3 +47,29 @@ def tree_rss(root: int) -> tuple[int, dict[int, int]]:
         except OSError:
             continue
     return sum(per.values()), per
+
+
+def trim_heap() -> bool:
+    """Hands the C heap's free pages back to the OS (glibc ``malloc_trim(0)``); returns
+    whether it ran (False without glibc).
+
+    A released storage's bytes go back to glibc's malloc, which keeps chunks below its mmap
+    threshold in the heap, and raises that threshold to the size of each mmapped chunk
+    freed: a KV cache released and re-allocated once comes back from the heap, and the
+    next release lowers resident memory by nothing. ``malloc_trim`` returns the free pages
+    of every arena (about 1-2 ms here).
+    """
+    global _LIBC
+    if _LIBC is None:
+        try:
+            _LIBC = ctypes.CDLL("libc.so.6")
+            _LIBC.malloc_trim  # noqa: B018 - glibc only
+        except (OSError, AttributeError):
+            _LIBC = False
+    if _LIBC is False:
+        return False
+    _LIBC.malloc_trim(0)
+    return True
+
+
+_LIBC = None

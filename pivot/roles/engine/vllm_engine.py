@@ -11,7 +11,13 @@ here are every token the engine produced when an abort lands between steps.
 
 A plain class: no Monarch. ``pivot.roles.generator`` wraps it in an actor. Every reach
 into vLLM's internals (the in-process core, the worker, KV and weight release without
-sleep mode) goes through ``pivot.compat.vllm``.
+sleep mode) goes through ``pivot.compat.vllm``. Release and wake go through the engine's
+``EngineMemory`` (``pivot.roles.engine.sleep``: storages resized on CPU, vLLM's sleep mode
+on GPUs), chosen by vLLM's platform device type.
+
+Several engines (one per model) live in one process: each has its own ``VllmConfig``, model
+runner and KV cache; vLLM's distributed state (world size 1) is set up by the first and
+found in place by the next, and both bind the calling thread to the slot's core.
 """
 
 from __future__ import annotations
@@ -24,11 +30,11 @@ from dataclasses import dataclass, field
 import torch
 
 from pivot.compat import vllm as vc
-from pivot.compat.vllm import StorageSet
 from pivot.errors import ConfigError, StateError
 from pivot.roles.engine.config import EngineConfig, check_model_dir, configure_process
 from pivot.roles.engine.memory import process_rss
 from pivot.roles.engine.requests import GenRequest, RequestError, SampleSpec, SeqResult
+from pivot.roles.engine.sleep import KV_CACHE, WEIGHTS, EngineMemory, engine_memory
 
 log = logging.getLogger(__name__)
 
@@ -105,21 +111,22 @@ class VllmEngine:
         from vllm import EngineArgs
         LLMEngine = vc.llm_engine_class()
 
+        self.device_type = vc.platform_device_type()
         t = time.perf_counter()
         try:
             self.llm = LLMEngine.from_engine_args(EngineArgs(
                 model=str(model_dir), dtype="float32", block_size=cfg.block_size,
                 max_model_len=cfg.max_model_len, max_num_seqs=cfg.max_num_seqs,
                 num_gpu_blocks_override=cfg.num_blocks, enforce_eager=cfg.enforce_eager,
-                enable_prefix_caching=True, disable_log_stats=False, seed=cfg.seed))
+                enable_prefix_caching=True, disable_log_stats=False, seed=cfg.seed,
+                enable_sleep_mode=self.device_type != "cpu"))
         except Exception as e:  # vLLM raises many kinds; name the folder and the cause
             raise ConfigError(f"vLLM could not start on {model_dir}: "
                               f"{type(e).__name__}: {e}") from e
         self.start_s = time.perf_counter() - t
         self._core = vc.in_process_core(self.llm)
         self._worker = vc.driver_worker(self.llm)
-        self._kv = vc.kv_storages(self._worker.model_runner)
-        self._weights: StorageSet | None = None
+        self.memory: EngineMemory = engine_memory(self.llm, self._worker, self.device_type)
         self.weights_loaded = True
         self.live: dict[int, _Live] = {}
         self.steps, self.generated, self.step_s_total, self.last_step_s = 0, 0, 0.0, 0.0
@@ -137,7 +144,7 @@ class VllmEngine:
         """
         if req.seq_id in self.live:
             raise StateError(f"sequence {req.seq_id} already runs on this engine")
-        if not self.weights_loaded or self._kv.released:
+        if not self.weights_loaded or self.memory.asleep:
             raise StateError("engine is shifted down (weights or KV released); shift up "
                              "before dispatching")
         ids = list(req.prompt) + list(req.generated)
@@ -241,8 +248,7 @@ class VllmEngine:
                              f"them first (shift-down migration)")
         t = time.perf_counter()
         model = vc.served_model(self._worker)
-        if self._weights is not None:
-            self._weights.restore()
+        self.memory.wake((WEIGHTS,))
         # every packed linear is stale from here on: the reload rebuilds those it loads,
         # repack_released_linears the rest (a tied lm_head is never in the state dict)
         vc.drop_packed_linears(model)
@@ -256,7 +262,6 @@ class VllmEngine:
         if repacked:
             log.debug("repacked %d linears the reload left released", repacked)
         vc.tied_head_check(model)
-        self._weights = None
         self.weights_loaded = True
         self.llm.reset_prefix_cache()
         return time.perf_counter() - t
@@ -265,24 +270,19 @@ class VllmEngine:
         """Frees the KV cache (temporary context); returns bytes freed."""
         if self.live:
             raise StateError(f"release_kv with {len(self.live)} sequences running")
-        self.llm.reset_prefix_cache()
-        return self._kv.release()
+        return self.memory.sleep((KV_CACHE,))
 
     def reallocate_kv(self) -> None:
         """Reallocates the KV cache (zero-filled) and clears the prefix cache."""
-        self._kv.restore()
-        self.llm.reset_prefix_cache()
+        self.memory.wake((KV_CACHE,))
 
     def release_weights(self) -> tuple[int, int]:
         """Frees the weights (parameters context); returns (bytes, packed linears dropped)."""
         if self.live:
             raise StateError(f"release_weights with {len(self.live)} sequences running")
-        model = vc.served_model(self._worker)
-        if self._weights is None:
-            self._weights = vc.weight_storages(model)
-        n = vc.drop_packed_linears(model)
+        freed = self.memory.sleep((WEIGHTS,))
         self.weights_loaded = False
-        return self._weights.release(), n
+        return freed, int(getattr(self.memory, "packed_dropped", 0))
 
     def release(self) -> ReleaseReport:
         """A generator's whole shift down: KV cache then weights, with RSS around it."""
@@ -302,7 +302,7 @@ class VllmEngine:
             kv_capacity=self.cfg.kv_capacity, kv_usage=kv_usage,
             steps=self.steps, generated_tokens=self.generated, last_step_s=self.last_step_s,
             mean_step_s=self.step_s_total / self.steps if self.steps else 0.0,
-            weights_loaded=self.weights_loaded, kv_allocated=not self._kv.released,
+            weights_loaded=self.weights_loaded, kv_allocated=KV_CACHE not in self.memory.asleep,
             rss_bytes=process_rss())
 
     def shutdown(self) -> None:
