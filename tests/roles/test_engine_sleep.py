@@ -76,3 +76,38 @@ def test_each_sleep_returns_the_released_memory_and_each_wake_takes_it_again(
             ctx.holds_weights = False
     for ctx in slot_pair:
         assert set(ctx.loop.engine.memory.asleep) == set(TAGS)
+
+
+class _SleepModeCalls:
+    """Records the ``LLMEngine`` calls ``VllmSleepMemory`` makes (the GPU build's API, which
+    this CPU-only machine cannot run; its names are checked in tests/compat)."""
+
+    def __init__(self):
+        self.calls: list[tuple] = []
+
+    def sleep(self, level: int = 1):
+        self.calls.append(("sleep", level))
+
+    def wake_up(self, tags=None):
+        self.calls.append(("wake_up", tuple(tags)))
+
+    def reset_prefix_cache(self):
+        self.calls.append(("reset_prefix_cache",))
+
+
+def test_the_gpu_memory_sleeps_at_level_2_and_wakes_weights_before_the_kv_cache():
+    from pivot.roles.engine.sleep import VllmSleepMemory, engine_memory
+
+    llm = _SleepModeCalls()
+    mem = engine_memory(llm, None, "cuda")
+    assert isinstance(mem, VllmSleepMemory) and isinstance(mem, EngineMemory)
+    mem.sleep(("kv_cache",))   # the shift's first step: marked, freed with the weights
+    assert llm.calls == [] and mem.asleep == {"kv_cache"}
+    mem.sleep(("weights",))
+    assert llm.calls == [("sleep", 2)] and mem.asleep == set(TAGS)
+    mem.sleep(("weights",))    # idempotent
+    mem.wake(("weights",))     # then the GPS Read loads them
+    mem.wake(("kv_cache",))
+    assert llm.calls == [("sleep", 2), ("wake_up", ("weights",)), ("wake_up", ("kv_cache",)),
+                         ("reset_prefix_cache",)]
+    assert mem.asleep == frozenset()
