@@ -9,7 +9,9 @@ is 32 prompts x gin n, ``_p512n16`` verl's DAPO batch of 512 x 16) and writes
 results/sim/compare_paper.json and the markdown tables results/sim/compare_paper.md:
 
 - fig. 9: every deployment's tokens/s and split, PivotRL's speedup over each baseline per
-  group beside the paper's (``PAPER_FIG9``, read off fig. 9's bar labels);
+  group beside the paper's (``PAPER_FIG9``, read off fig. 9's bar labels), and the same
+  runs measured past the pipeline fill (from the end of step ``staleness``,
+  ``pivot.sim.metrics.window_throughput``) where they carry per-step tokens;
 - the pipeline-fill check (launchers/experiments/steady.py) where it was run;
 - fig. 11: strategies and components over disaggregated and their order beside the paper's
   (sec. 8.4; the first setting is Qwen2.5-7B & Qwen3-30B-A3B, as fig. 11's panel titles
@@ -26,6 +28,8 @@ import argparse
 import json
 import statistics
 from pathlib import Path
+
+from pivot.sim.metrics import window_throughput
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPS = ("colocated", "disaggregated", "rr_colocated", "pivotrl")
@@ -65,20 +69,42 @@ PAPER_FIG14 = ("low H: fewer shifts and lower throughput; H 60-120: stable throu
 
 REGIME = {"": "32 prompts x gin n", "_p512n16": "512 x 16"}
 
+STALENESS = {"colocated": 0, "disaggregated": 2, "rr_colocated": 2, "pivotrl": 2}
+"""Deployment.staleness of gin/deployments/*.gin: the steps a fill-free window skips."""
+
 
 def _load(name: str) -> dict | None:
     path = ROOT / "results/sim" / name
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def fill_free(runs: list[dict], group: str) -> dict[str, float] | None:
+    """Mean tokens/s per deployment of fig. 9's runs from the end of step ``staleness``
+    (``pivot.sim.metrics.window_throughput``; None where the runs predate
+    ``step_processed``)."""
+    out = {}
+    for d in DEPS:
+        rs = [r for r in runs if r["group"] == group and r["deployment"] == d]
+        if not rs or any(not r.get("step_processed") for r in rs):
+            return None
+        out[d] = statistics.mean(window_throughput(r["step_processed"], r["train_steps"],
+                                                   STALENESS[d] + 1) for r in rs)
+    return out
+
+
 def fig9_rows(tags: list[str]) -> list[dict]:
-    """One row per regime and group: tokens/s, splits, speedups, the paper's."""
+    """One row per regime and group: tokens/s, splits, speedups, the paper's, and the
+    same runs measured past the pipeline fill where they carry per-step tokens."""
     rows = []
     for tag in tags:
         data = _load(f"fig9{tag}.json")
         for group, row in (data or {}).get("table", {}).items():
             paper = PAPER_FIG9[group]
+            ff = fill_free(data["runs"], group)
             rows.append({
+                "fill_free_tps": ff and {d: round(v) for d, v in ff.items()},
+                "fill_free_speedup": ff and {d: round(ff["pivotrl"] / ff[d], 2)
+                                             for d in BASELINES},
                 "regime": REGIME.get(tag, tag), "tag": tag, "group": group,
                 "tps": {d: round(row[d]["mean"]) for d in DEPS},
                 "std": {d: round(row[d]["std"]) for d in DEPS},
@@ -177,6 +203,16 @@ def markdown(f9: list[dict], steady: list[dict], f11: list[dict], f14: list[dict
         sim = " / ".join(f"{r['speedup'][d]:.2f}" for d in BASELINES)
         paper = " / ".join(f"{r['paper_speedup'][d]:.2f}" for d in BASELINES)
         out.append(f"| {r['regime']} | {r['group']} | {' | '.join(cells)} | {sim} | {paper} |")
+    ff = [r for r in f9 if r["fill_free_tps"]]
+    if ff:
+        out += ["", "Fig. 9's runs measured past the pipeline fill (from the end of step "
+                "`staleness`: steps 3-4 of 5 for the stale deployments, 1-4 for colocated):",
+                "", "| regime | group | colocated | disaggregated | rr-colocated | PivotRL | "
+                "over col / dis / rr |", "|---|---|---|---|---|---|---|"]
+        for r in ff:
+            out.append(f"| {r['regime']} | {r['group']} | " + " | ".join(
+                f"{r['fill_free_tps'][d]:,}" for d in DEPS) + " | " + " / ".join(
+                f"{r['fill_free_speedup'][d]:.2f}" for d in BASELINES) + " |")
     out += ["", "Paper's bars (tokens/s): " + "; ".join(
         f"{g} " + " / ".join(f"{v:,}" for v in p.values()) for g, p in PAPER_FIG9.items()),
         "(colocated / disaggregated / rr-colocated / PivotRL)."]
