@@ -7,7 +7,10 @@ resource configuration"; ``pivot.sim.search``, the same coordinate search over t
 share, and the reward share where the split is static, for every deployment, PivotRL's
 initial split included) with seed 0 and ``--search_steps`` steps (default ``--steps``, so
 the search ranks splits by the very runs the table measures and reuses seed 0's run), then
-runs the chosen splits with every seed. Writes results/sim/fig9.json (``--prompts 512 --n
+runs the chosen splits with every seed. A searched split's run stops as soon as its
+throughput is proven below the best measured so far (``SimDriver.stop_below``; recorded
+under ``pruned`` with its bound; ``--no_prune`` runs them to the end): the chosen splits
+are the same. Writes results/sim/fig9.json (``--prompts 512 --n
 16``: fig9_p512n16.json; mean, std per cell, PivotRL's speedups, the chosen splits and every
 split tried). Groups accumulate: a run of some ``--groups`` replaces those groups in an
 existing file measured with the same settings and keeps the others (different settings:
@@ -38,6 +41,9 @@ def main() -> None:
     p.add_argument("--no_search", action="store_true", help="use table 4's splits")
     p.add_argument("--groups", nargs="*", default=GROUPS)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--no_prune", action="store_true",
+                   help="run every searched split to the end (default: stop a split's run "
+                        "once it is proven below the best so far; same chosen splits)")
     p.add_argument("--out", default=None,
                    help="result file name under results/sim (default fig9<regime tag>.json)")
     a = p.parse_args()
@@ -54,14 +60,15 @@ def main() -> None:
             tried: dict = {}
             res = search(g, d, base + ["SimDriver.seed = 0",
                                        f"SimDriver.steps = {a.search_steps}"], a.workers,
-                         runs=tried)
+                         runs=tried, prune=not a.no_prune)
             splits[(g, d)] = res.best.bindings()
             if a.search_steps == a.steps:
                 # seed 0 at the chosen split is a run the search already made
                 reuse[(g, d)] = tried[res.best]
             searches[f"{g}/{d}"] = res.to_dict()
             print(f"{g} {d}: best split {res.best} ({res.best_throughput:.0f} tok/s, "
-                  f"{len(res.tried)} tried)", flush=True)
+                  f"{len(res.tried)} tried, {len(res.pruned)} of them stopped early)",
+                  flush=True)
         splits[(g, "colocated")] = []
     t_search = time.perf_counter() - t0
     jobs = [(g, d, tuple(base + splits[(g, d)] + [f"SimDriver.seed = {s}",

@@ -37,6 +37,16 @@ from pivot.types import INFERENCE_ROLES, Role, TrainingLoad
 log = logging.getLogger(__name__)
 
 
+class RunPruned(Exception):
+    """A run stopped by ``SimDriver.stop_below``: its fig. 9 throughput is at most
+    ``bound`` (tokens/s), below the threshold it had to reach."""
+
+    def __init__(self, bound: float, virtual_s: float, threshold: float) -> None:
+        super().__init__(f"throughput at most {bound:.0f} tokens/s < {threshold:.0f} "
+                         f"(stopped at virtual t={virtual_s:.0f} s)")
+        self.bound, self.virtual_s, self.threshold = bound, virtual_s, threshold
+
+
 @gin.configurable
 class SimDriver:
     """Args:
@@ -49,11 +59,17 @@ class SimDriver:
         max_virtual_s: a run past this virtual time is an error (a stuck workflow).
         stall_ticks: planner ticks with nothing running, nothing pending and no shift
             after which the run fails as unable to make progress.
+        stop_below: tokens/s; 0 (default) runs to the end. Otherwise the run raises
+            ``RunPruned`` as soon as its throughput (fig. 9's window, ``SimResult``) is
+            proven below this (``throughput_bound``): the split search (app. E) passes its
+            best so far, so a split that cannot win is not simulated to the end. A run
+            that is not stopped is the run without it.
     """
 
     def __init__(self, group: ModelGroup = gin.REQUIRED, deployment: Deployment = gin.REQUIRED,
                  steps: int = 5, seed: int = 0, tick_s: float = 2.0, kv_reserve: int = 2048,
-                 max_virtual_s: float = 1e6, stall_ticks: int = 10) -> None:
+                 max_virtual_s: float = 1e6, stall_ticks: int = 10,
+                 stop_below: float = 0.0) -> None:
         check_range("SimDriver.steps", steps, 2, integer=True,
                     why="throughput is measured from the end of step 1")
         check_range("SimDriver.seed", seed, 0, integer=True)
@@ -61,6 +77,7 @@ class SimDriver:
         check_range("SimDriver.kv_reserve", kv_reserve, 0, integer=True, why="KV tokens")
         check_range("SimDriver.max_virtual_s", max_virtual_s, 0, open_lo=True)
         check_range("SimDriver.stall_ticks", stall_ticks, 1, integer=True)
+        check_range("SimDriver.stop_below", stop_below, 0.0, why="tokens/s")
         check(isinstance(group, ModelGroup), "SimDriver.group", group,
               "must be a ModelGroup (SimDriver.group = @ModelGroup())")
         check(isinstance(deployment, Deployment), "SimDriver.deployment", deployment,
@@ -112,6 +129,34 @@ class SimDriver:
                        for r in INFERENCE_ROLES}
         self.tracer = Tracer()
         self._check_split()
+        self.stop_below = stop_below
+        self._bound_terms = self._throughput_terms() if stop_below else (0, 0.0)
+
+    # --------------------------------------------------------------- search bound
+    def _throughput_terms(self) -> tuple[int, float]:
+        """(W, L): the tokens fig. 9's window counts (steps 1..S-1, ``Workflow.planned``)
+        and a lower bound of the window's length: training steps 1..S-1 run one after
+        another after step 0 ends, each at least its ``step_seconds`` on the devices it
+        trains on (shift-up phases left out)."""
+        processed, batch = self.workflow.planned()
+        tp, pol = self.group.training, self.group.policy
+        return sum(processed[1:]), sum(tp.step_seconds(pol, b, self.train_needed)
+                                       for b in batch[1:])
+
+    def throughput_bound(self) -> float:
+        """An upper bound of the run's throughput W / (T_end - T_0) (``SimResult``; T_0,
+        T_end: the ends of the first and last training steps) from what is known now:
+        T_end - T_0 >= L (``_throughput_terms``) and, once step 0 ended and while the
+        run is not done, T_end - T_0 >= now - T_0."""
+        window, span = self._bound_terms
+        steps = self.cluster.training.step_times
+        if steps and steps[0][2] <= self.clock.now:
+            span = max(span, self.clock.now - steps[0][2])
+        return window / span if span > 0 else float("inf")
+
+    def _check_bound(self) -> None:
+        if self.stop_below and (bound := self.throughput_bound()) < self.stop_below:
+            raise RunPruned(bound, self.clock.now, self.stop_below)
 
     def _check_split(self) -> None:
         g, d = self.group, self.dep
@@ -168,7 +213,7 @@ class SimDriver:
         snap = snapshot(self.clock.now, self.schedulers, self.shapes, self._training_load(),
                         self.device_map.device_host,
                         self.device_map.devices_in(SlotKind.IDLE),
-                        self.device_map.devices_in(SlotKind.LOST))
+                        self.device_map.devices_in(SlotKind.LOST), lazy_waiting=True)
         t0 = time.perf_counter()
         plan = self.planner.plan(snap)
         self.tracer.planner_call(time.perf_counter() - t0,
@@ -237,6 +282,7 @@ class SimDriver:
         c._dirty.update(INFERENCE_ROLES)
         c.dispatch_dirty()
         c.push(0.0, TICK)
+        self._check_bound()
         while not wf.done:
             if not c.heap:
                 raise ConfigError("the simulation ran out of events before the last step; "
@@ -250,6 +296,7 @@ class SimDriver:
                 c.on_replica_event(key, t)
             elif kind == TICK:
                 self._tick()
+                self._check_bound()
                 c.push(self.clock.now + self.tick_s, TICK)
             elif kind == TRAIN_START:
                 c.maybe_start_training()

@@ -4,6 +4,7 @@ split search on a model group (``pivot.sim.search``), and offline wandb logging.
 from __future__ import annotations
 
 import os
+import time
 from concurrent.futures import ProcessPoolExecutor
 
 from pivot.paths import REPO_ROOT as ROOT
@@ -23,13 +24,22 @@ def dep_file(dep: str) -> str:
 
 
 def run_one(job: tuple) -> dict:
-    """(group, deployment, bindings, trace) -> the run's result dict (a worker)."""
+    """(group, deployment, bindings, trace) -> the run's result dict (a worker). A run
+    stopped by ``SimDriver.stop_below`` gives ``pruned`` True and, as ``throughput``,
+    the bound it was proven under."""
     group, dep, bindings, trace = job
     os.chdir(ROOT)
     from pivot.config import gin_setup
+    from pivot.sim.driver import RunPruned
     gin_setup.parse([f"gin/{group}.gin", dep_file(dep)], list(bindings))
     driver = gin_setup.build()
-    res = driver.run().to_dict(trace=trace)
+    t0 = time.perf_counter()
+    try:
+        res = driver.run().to_dict(trace=trace)
+    except RunPruned as e:
+        res = {"group": group, "deployment": dep, "pruned": True, "throughput": e.bound,
+               "virtual_s": e.virtual_s, "wall_s": time.perf_counter() - t0,
+               "events": driver.cluster.events}
     res["bindings"] = list(bindings)
     return res
 
@@ -91,11 +101,18 @@ def split_space(group: str, dep: str):
 
 
 def search(group: str, dep: str, base: list[str], workers: int = 2, rounds: int = 2,
-           runs: dict | None = None):
+           runs: dict | None = None, prune: bool = True):
     """Coordinate split search for one group and deployment; evaluates the candidates
     of each coordinate sweep in parallel. ``runs``, if given, receives the result dict
     of every split it ran (a caller may reuse the best one's rather than run it again:
-    the simulator is deterministic in its bindings)."""
+    the simulator is deterministic in its bindings).
+
+    ``prune``: each run gets the best throughput measured so far as
+    ``SimDriver.stop_below`` (with one worker, the best before each run; with more, before
+    each sweep), so a split proven unable to beat it stops early and is recorded in
+    ``SearchResult.pruned`` with its bound. The chosen split and every score the search
+    compares against the best are the same as without pruning: a pruned split's
+    throughput is below a throughput already measured, so it is never the best."""
     from pivot.sim import search as S
     space, start = split_space(group, dep)
 
@@ -104,25 +121,39 @@ def search(group: str, dep: str, base: list[str], workers: int = 2, rounds: int 
 
         def __init__(self) -> None:
             self.cache: dict = {}
+            self.pruned: dict = {}
+
+        def _job(self, split) -> tuple:
+            best = max((t for s, t in self.cache.items() if s not in self.pruned),
+                       default=0.0)
+            stop = [f"SimDriver.stop_below = {best!r}"] if prune and best > 0 else []
+            return group, dep, tuple(base + split.bindings() + stop), False
 
         def __call__(self, split) -> float:
             if split not in self.cache:
-                self._keep(split, run_one((group, dep, tuple(base + split.bindings()),
-                                           False)))
+                self._keep(split, run_one(self._job(split)))
             return self.cache[split]
 
         def prefetch(self, splits) -> None:
             todo = [s for s in dict.fromkeys(splits) if s is not None and s not in self.cache]
-            for s, r in zip(todo, run_many([(group, dep, tuple(base + s.bindings()), False)
-                                            for s in todo], workers)):
+            if workers <= 1:
+                for s in todo:
+                    self(s)
+                return
+            for s, r in zip(todo, run_many([self._job(s) for s in todo], workers)):
                 self._keep(s, r)
 
         def _keep(self, split, result: dict) -> None:
             self.cache[split] = result["throughput"]
-            if runs is not None:
+            if result.get("pruned"):
+                self.pruned[split] = result["throughput"]
+            elif runs is not None:
                 runs[split] = result
 
-    return S.search_split(space, start, Batched(), rounds=rounds)
+    evaluate = Batched()
+    res = S.search_split(space, start, evaluate, rounds=rounds)
+    res.pruned = dict(evaluate.pruned)
+    return res
 
 
 def wandb_log(name: str, config: dict, metrics: dict, group: str | None = None) -> None:

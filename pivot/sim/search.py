@@ -86,15 +86,24 @@ class SplitSpace:
 
 @dataclass
 class SearchResult:
+    """The chosen split, every split's throughput and, for splits whose run was stopped
+    once proven below the best so far (``pivot.sim.experiments.search``'s ``prune``),
+    the upper bound it was stopped at (in ``tried`` too, where the search compares it)."""
+
     best: Split
     best_throughput: float
     tried: dict[Split, float] = field(default_factory=dict)
+    pruned: dict[Split, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
+        """``tried``: measured throughputs; ``pruned``: [rollout, reward, training, upper
+        bound] of the stopped runs."""
         return {"best": [self.best.rollout, self.best.reward, self.best.training],
                 "best_throughput": self.best_throughput,
                 "tried": [[s.rollout, s.reward, s.training, t]
-                          for s, t in sorted(self.tried.items())]}
+                          for s, t in sorted(self.tried.items()) if s not in self.pruned],
+                "pruned": [[s.rollout, s.reward, s.training, t]
+                           for s, t in sorted(self.pruned.items())]}
 
 
 def search_split(space: SplitSpace, start: Split, evaluate: Callable[[Split], float],

@@ -9,6 +9,7 @@ verifiable one and is instant.
 
 from __future__ import annotations
 
+import copy
 import itertools
 from dataclasses import dataclass, field
 
@@ -82,6 +83,26 @@ class Workflow:
                 out.append(SequenceState(sid, POLICY, p, self.lengths.response_cap))
             self.released += 1
         return out
+
+    def planned(self) -> tuple[list[int], list[int]]:
+        """Per step, the tokens ``step_processed`` will count (prompt + response of each
+        response, prompt + response + judgement of each judgement) and the training batch
+        (``step_tokens``), known before the run: ``release`` draws every length from
+        ``rng`` in step order whatever the timing, so a copy of the generator replays the
+        draws (the split search's bound, ``SimDriver.stop_below``)."""
+        if self.released:
+            raise StateError("Workflow.planned: steps were already released")
+        rng = copy.deepcopy(self.rng)
+        processed, batch = [], []
+        for _ in range(self.steps):
+            m = self.prompts_per_step
+            prompts = np.repeat(self.lengths.prompts(rng, m), self.n)
+            resp = self.lengths.responses(rng, m * self.n)
+            judge = self.lengths.judgements(rng, m * self.n)
+            done = int(prompts.sum() + resp.sum())
+            batch.append(done)
+            processed.append(done + (int((prompts + resp + judge).sum()) if self.genrm else 0))
+        return processed, batch
 
     def target(self, seq_id: int) -> int:
         """True final length (prompt + output) of a rollout or reward sequence."""

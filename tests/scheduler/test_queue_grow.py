@@ -60,3 +60,27 @@ def test_grow_records_lengths_as_update_lengths_does(lengths, growth, subset):
     s.abort("r0", sid)
     ref.abort("r0", sid)
     assert s.seqs[sid].generated_len == ref.seqs[sid].generated_len
+
+
+def test_waiting_entries_read_late_equal_entries_and_refuse_a_changed_queue():
+    """``WaitingEntries`` (the simulator's lazy ``RoleLoad.waiting``): its length is the
+    queue's at creation, its pairs are ``entries()`` when first read, and a first read
+    after the queue changed raises instead of showing another instant's queue."""
+    import pytest
+
+    from pivot.errors import StateError
+    from pivot.scheduler.queue import WaitingEntries
+    q = WaitingQueue()
+    for sid in (5, 2, 9):
+        q.push(SequenceState(sid, "x", 10 + sid, 100))
+    view = WaitingEntries(q)
+    assert len(view) == 3 and view
+    assert view == q.entries() == list(view) and view[0] == (2, 12)
+    q.pop()
+    assert list(view) == [(2, 12), (5, 15), (9, 19)]  # read before the change: kept
+    late = WaitingEntries(q)
+    q.push(SequenceState(1, "x", 11, 100))
+    assert len(late) == 2
+    with pytest.raises(StateError):
+        list(late)
+    assert not WaitingEntries(WaitingQueue())

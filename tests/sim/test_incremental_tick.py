@@ -39,3 +39,20 @@ def test_incremental_tick_equals_the_full_scan(deployment, monkeypatch):
     monkeypatch.setattr(SimCluster, "sync_all", _full_scan_sync_all)
     monkeypatch.setattr(SimCluster, "_sync_lengths", _full_sync_lengths)
     assert _run(deployment) == fast
+
+
+@pytest.mark.parametrize("deployment", ["pivotrl", "disaggregated", "rr_colocated"])
+def test_lazy_waiting_equals_the_eager_snapshot(deployment, monkeypatch):
+    """The tick's snapshot reads the waiting queues only when a planner does
+    (``WaitingEntries``): the run equals one whose snapshot copies them every tick."""
+    from pivot.paths import REPO_ROOT
+    from pivot.planner import monitor
+    from pivot.sim import driver
+    monkeypatch.chdir(REPO_ROOT)
+    lazy = _run(deployment)
+
+    def eager(*args, lazy_waiting: bool = False, **kw):
+        return monitor.snapshot(*args, **kw)
+
+    monkeypatch.setattr(driver, "snapshot", eager)
+    assert _run(deployment) == lazy

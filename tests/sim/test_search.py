@@ -53,3 +53,52 @@ def test_prefetching_sweeps_changes_nothing_the_search_finds():
     assert list(batched.tried) == list(plain.tried)
     # every split handed over is one the search tries (no wasted run), the start included
     assert {s for b in ev.batches for s in b} == set(plain.tried)
+
+
+def _run(dep: str, binds: list[str]):
+    from pivot.config import gin_setup
+    from pivot.paths import REPO_ROOT
+    import os
+    os.chdir(REPO_ROOT)
+    files = ["gin/qwen7b_30b.gin"] + ([f"gin/deployments/{dep}.gin"] if dep != "pivotrl"
+                                      else [])
+    gin_setup.parse(files, ["ModelGroup.prompts_per_step = 16", "SimDriver.steps = 3"]
+                    + binds)
+    return gin_setup.build()
+
+
+def test_planned_tokens_are_the_runs_and_the_bound_holds():
+    """``Workflow.planned`` replays the length draws: the window's tokens and the training
+    batches are the run's; the throughput bound is never below the run's throughput."""
+    drv = _run("disaggregated", ["SimDriver.stop_below = 1.0"])
+    processed, batch = drv.workflow.planned()
+    bounds = []
+    orig = drv._check_bound
+
+    def watch():
+        bounds.append(drv.throughput_bound())
+        orig()
+
+    drv._check_bound = watch
+    res = drv.run()
+    assert processed == res.step_processed
+    assert batch == [drv.workflow.step_tokens[s] for s in range(3)]
+    assert min(bounds) >= res.throughput
+
+
+def test_stop_below_prunes_only_runs_below_it_and_changes_nothing_else():
+    """A run given a threshold just under its throughput is the same run; one given a
+    threshold above it stops with a bound under that threshold (the search's pruning
+    never discards a split that would have won)."""
+    import pytest
+
+    from pivot.sim.driver import RunPruned
+    full = _run("disaggregated", []).run().to_dict(trace=True)
+    tput = full["throughput"]
+    same = _run("disaggregated", [f"SimDriver.stop_below = {tput * 0.999!r}"]).run()
+    volatile = ("wall_s", "events_per_s", "planner")
+    assert {k: v for k, v in same.to_dict(trace=True).items() if k not in volatile} == \
+        {k: v for k, v in full.items() if k not in volatile}
+    with pytest.raises(RunPruned) as e:
+        _run("disaggregated", [f"SimDriver.stop_below = {tput * 1.2!r}"]).run()
+    assert tput <= e.value.bound < tput * 1.2
