@@ -21,7 +21,7 @@ import itertools
 import logging
 from dataclasses import dataclass, field
 
-from pivot.errors import StateError
+from pivot.errors import ConfigError, StateError
 from pivot.scheduler.actions import Abort, Dispatch
 from pivot.scheduler.scheduler import ShiftAwareScheduler
 from pivot.shifting.executor import MigrationStats
@@ -98,6 +98,9 @@ class SimCluster:
     tokens_by_role: dict[Role, int] = field(default_factory=lambda: {r: 0 for r in Role})
     rollout_end: dict[int, float] = field(default_factory=dict)
     """Step -> virtual time its last response finished (the end of its generation)."""
+    _instant: list = field(default_factory=lambda: [None, 0])
+    """(virtual time, replica, its decode steps) of the last preemption and how many
+    preemptions that replica had at that instant without decoding (``_preempt``)."""
 
     @property
     def now(self) -> float:
@@ -221,12 +224,36 @@ class SimCluster:
         (vLLM's recompute preemption)."""
         rep = self.replicas[rid]
         sched = self.schedulers[rep.role]
+        self._check_thrash(rid, rep)
         self._sync_lengths(rid, rep)
         victim = rep.newest()
         length = rep.remove(victim, self.now)
         sched.abort(rid, victim)
         sched.seqs[victim].generated_len = length - sched.seqs[victim].prompt_len
         self._dirty.add(rep.role)
+
+    def _check_thrash(self, rid: str, rep: SimReplica) -> None:
+        """Fails instead of looping forever when a replica keeps preempting at one instant
+        without decoding a step: the scheduler admits a sequence when the KV cache has its
+        length plus ``kv_reserve`` free, the replica preempts when it has no room for one
+        more decode step (a token per running sequence), so with more running sequences
+        than ``kv_reserve`` tokens an admission can be preempted at once and the next
+        waiting one admitted in its place, forever (seen: a GenRM replica with no batch
+        cap holding 6K sequences). A cascade that ends preempts at most the replica's
+        sequences plus those dispatched meanwhile; the bound is far above that."""
+        key = (self.now, rid, rep.steps)
+        if self._instant[0] == key:
+            self._instant[1] += 1
+        else:
+            self._instant = [key, 1]
+        if self._instant[1] > max(10_000, 4 * rep.num_seqs):
+            raise ConfigError(
+                f"replica {rid} preempted {self._instant[1]} times at virtual t="
+                f"{self.now:.1f} s without decoding ({rep.num_seqs} sequences, KV "
+                f"{rep.num_tokens}/{rep.kv_capacity} tokens): admission (length + "
+                f"SimDriver.kv_reserve free) leaves less than a decode step of room for this "
+                f"many sequences. Bind the engine's batch cap (ModelProfile.max_num_seqs) "
+                f"or raise SimDriver.kv_reserve above it")
 
     def _finished(self, role: Role, sid: int) -> None:
         if role is Role.ROLLOUT:

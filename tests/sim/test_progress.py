@@ -19,3 +19,27 @@ def test_reward_without_devices_fails_fast(make_group):
         d.run()
     assert time.perf_counter() - t0 < 10
     assert d.clock.now < 1e5   # far from max_virtual_s
+
+
+def test_preemption_livelock_fails_with_the_fix_named():
+    """A replica that preempts again and again at one instant without decoding (admission
+    leaves less than a decode step of room) raises ConfigError instead of looping."""
+    import os
+
+    import pytest
+
+    from pivot.config import gin_setup
+    from pivot.errors import ConfigError
+    from pivot.paths import REPO_ROOT
+    os.chdir(REPO_ROOT)
+    gin_setup.parse(["gin/qwen7b_30b.gin"], ["ModelGroup.prompts_per_step = 16"])
+    drv = gin_setup.build()
+    c = drv.cluster
+    drv._provision()
+    rid, rep = next(iter(c.replicas.items()))
+    for _ in range(10_000):
+        c._check_thrash(rid, rep)
+    with pytest.raises(ConfigError, match="max_num_seqs"):
+        c._check_thrash(rid, rep)
+    c.clock.now += 1.0  # a new instant starts a new count
+    c._check_thrash(rid, rep)
