@@ -1,7 +1,7 @@
 """The local driver's measurements, one command each (results/local/<what>.json and .png).
 
     python launchers/local_experiments.py throughput [--steps 10]  # 4 deployments, ratios
-                                                     # (both disaggregated splits)
+                                                     # (every static split)
     python launchers/local_experiments.py trace [--from_throughput] # fig. 10, a PivotRL run
     python launchers/local_experiments.py overheads                # fig. 12 / table 3
     python launchers/local_experiments.py convergence [--steps 20] # fig. 15, 2 seeds
@@ -32,16 +32,22 @@ from pathlib import Path
 
 from pivot.paths import REPO_ROOT as ROOT
 OUT = ROOT / "results" / "local"
-THROUGHPUT = ("colocated", "disaggregated", "disaggregated_1_2", "rr_colocated", "pivotrl")
-# the disaggregated splits searched (app. E searches every baseline's split); ratios are
-# taken against the best one
-DISAGG_SPLITS = ("disaggregated", "disaggregated_1_2")
+
+def throughput_deployments(devices: int) -> tuple[str, ...]:
+    """Colocated, every static split of disaggregated and rollout-reward colocated on
+    ``devices`` slots (app. E searches each baseline's split; ratios are taken against
+    the best), and PivotRL."""
+    from pivot.local.deployments import static_splits
+    return ("colocated", *static_splits(devices), "pivotrl")
+
+
 CONVERGENCE = ("colocated", "disaggregated", "pivotrl")
 log = logging.getLogger("pivot.local_experiments")
 
 
 def deployment_of(dep: str):
-    """``pivotrl``, ``disaggregated_1_2``, ... or a PivotRL variant ``pivotrl_H<s>``,
+    """``pivotrl``, a static split ``disaggregated_<r>_<w>_<t>`` / ``rr_colocated_<t>``
+    (``pivot.local.deployments.static_splits``), or a PivotRL variant ``pivotrl_H<s>``,
     ``pivotrl_min<k>``, ``pivotrl_H<s>_min<k>``, ``pivotrl_train<k>``: time window H
     (sec. 7.3; the sensitivity sweep), ``PivotPlanner.min_replicas`` and the training
     replica's slots (``Deployment.training_devices``), the rest from gin."""
@@ -49,7 +55,7 @@ def deployment_of(dep: str):
     import functools
 
     from pivot.errors import ConfigError
-    from pivot.local.deployments import LOCAL_DEPLOYMENTS, SPLIT_VARIANTS
+    from pivot.local.deployments import LOCAL_DEPLOYMENTS, SPLIT_VARIANTS, split_deployment
     from pivot.planner.pivot_planner import PivotPlanner
 
     if dep.startswith("pivotrl_"):
@@ -70,9 +76,12 @@ def deployment_of(dep: str):
                                    planner=functools.partial(PivotPlanner, **kw),
                                    training_devices=train)
     known = {**LOCAL_DEPLOYMENTS, **SPLIT_VARIANTS}
+    if split_deployment(dep) is not None:
+        return split_deployment(dep)
     if dep not in known:
-        raise ConfigError(f"--deployments {dep}: unknown; use one of {sorted(known)} or a "
-                          f"PivotRL variant such as pivotrl_H10_min1")
+        raise ConfigError(f"--deployments {dep}: unknown; use one of {sorted(known)}, a "
+                          f"static split such as disaggregated_1_2_1 or rr_colocated_2, "
+                          f"or a PivotRL variant such as pivotrl_H10_min1")
     return known[dep]
 
 
@@ -185,8 +194,10 @@ def overheads(rows: list[dict]) -> dict:
 
 def throughput_table(rows: list[dict]) -> dict:
     """Means over seeds (each seed runs every deployment on the same prompts) and ratios
-    against colocated and the better disaggregated split, for each throughput reading
+    against colocated and the best split of each static baseline (disaggregated,
+    rollout-reward colocated), for each throughput reading
     (``pivot.local.driver.end_to_end_throughput``)."""
+    from pivot.local.deployments import split_family
     out: dict = {}
     for key in ("throughput", "throughput_run", "throughput_finished"):
         per: dict[str, list[float]] = {}
@@ -194,13 +205,17 @@ def throughput_table(rows: list[dict]) -> dict:
             if r.get(key):
                 per.setdefault(r["deployment"], []).append(r[key])
         thr = {k: statistics.fmean(v) for k, v in per.items()}
-        splits = {k: thr[k] for k in DISAGG_SPLITS if thr.get(k)}
-        best = max(splits, key=splits.get) if splits else None
-        base = {"disaggregated": splits.get(best), "colocated": thr.get("colocated")}
         sfx = key.removeprefix("throughput")
+        base = {"colocated": thr.get("colocated")}
+        for family in ("disaggregated", "rr_colocated"):
+            splits = {k: v for k, v in thr.items() if v and split_family(k) == family}
+            best = max(splits, key=splits.get) if splits else None
+            base[family] = splits.get(best)
+            out[f"{family}_best_split{sfx}"] = best
+        base["best_static"] = max((v for k, v in base.items() if k != "colocated" and v),
+                                  default=None)
         out[f"throughput{sfx}_mean"] = thr
         out[f"throughput{sfx}_per_seed"] = per
-        out[f"disaggregated_best_split{sfx}"] = best
         out[f"ratios{sfx}"] = {d: {f"vs_{k}": (t / b if t and b else None)
                                    for k, b in base.items()} for d, t in thr.items()}
     return out
@@ -284,7 +299,9 @@ def main() -> int:
         a.gin_param = ["PromptStream.prompts_per_step = 32", *a.gin_param]
     gin_setup.parse(["gin/tiny_cpu.gin"], a.gin_param)
     if a.what == "throughput":
-        deps, seeds, steps, ev = a.deployments or THROUGHPUT, a.seeds or [0], a.steps or 10, -1
+        from pivot.local.group import LocalGroup
+        deps = a.deployments or throughput_deployments(LocalGroup().devices)
+        seeds, steps, ev = a.seeds or [0], a.steps or 10, -1
     elif a.what == "sensitivity":
         deps = a.deployments or [f"pivotrl_H{h:g}" for h in a.H]
         seeds, steps, ev = a.seeds or [0], a.steps or 10, -1

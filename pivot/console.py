@@ -181,6 +181,11 @@ def summary_rows(out: dict[str, Any], run_dir: Path) -> list[tuple[str, Any]]:
             acc = steps[-1].get("val/accuracy_at_1")
             if acc is not None:
                 rows.append(("validation accuracy@1", f"{acc:.3f}"))
+        for kind in ("response", "judgement"):
+            q = (out.get("lengths") or {}).get(kind, {}).get("end")
+            if q:
+                rows.append((f"{kind} tokens p50 / p99 / max",
+                             f"{q['p50']:.0f} / {q['p99']:.0f} / {q['max']:.0f}"))
         rows += [("shifts", out.get("shifts")), ("start-up (s)", out.get("startup_s"))]
     else:
         rows += [("throughput (tok/s)", out.get("throughput")),

@@ -14,6 +14,7 @@ Problems are identified by ``key`` (the expression), so splits can be made disjo
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pivot.errors import ConfigError
@@ -84,6 +85,7 @@ def sample_problems(
     level_weights: tuple[float, ...] = DEFAULT_LEVEL_WEIGHTS,
     exclude: frozenset[str] = frozenset(),
     unique: bool = False,
+    draw: Callable[[random.Random], Problem] | None = None,
 ) -> list[Problem]:
     """Returns ``n`` problems drawn deterministically from ``seed``.
 
@@ -93,6 +95,8 @@ def sample_problems(
         level_weights: relative frequency of each level.
         exclude: problem keys never to return (e.g. the validation set's).
         unique: if True, no key appears twice.
+        draw: draws one problem from the rng instead of the levels (the chain task,
+            ``pivot.data.chains``); ``level_weights`` is then unused.
     Raises:
         ConfigError: bad weights, or the levels cannot supply ``n`` unique problems.
     """
@@ -104,8 +108,10 @@ def sample_problems(
     seen: set[str] = set()
     misses = 0
     while len(out) < n:
-        level = rng.choices(LEVELS, weights=level_weights)[0]
-        p = sample_problem(rng, level)
+        if draw is None:
+            p = sample_problem(rng, rng.choices(LEVELS, weights=level_weights)[0])
+        else:
+            p = draw(rng)
         if p.key in exclude or (unique and p.key in seen):
             misses += 1
             if misses > 100 * n + 10_000:

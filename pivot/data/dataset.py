@@ -7,12 +7,14 @@ deterministic for a seed.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from pivot.data.arithmetic import DEFAULT_LEVEL_WEIGHTS, Problem, sample_problems
+from pivot.data.chains import DEFAULT_STEP_WEIGHTS, check_step_weights, draw_chain
 from pivot.data.records import make_record
 from pivot.errors import ConfigError
 
@@ -23,19 +25,37 @@ class MathTaskConfig:
 
     Attributes:
         seed: base seed; validation uses ``seed``, training ``seed + 1``.
-        num_val: size of the validation set (unique problems).
-        level_weights: relative frequency of difficulty levels 1-4.
+        num_val: size of the validation set (unique problems); the model build and the RL
+            run's validation use the same set (``pivot.rl.data.PromptStream.num_val``).
+        kind: ``"chain"``, worked multi-step sums with a long tail of step counts
+            (``pivot.data.chains``), or ``"levels"``, one-operation problems at four
+            difficulty levels (``pivot.data.arithmetic``).
+        level_weights: relative frequency of difficulty levels 1-4 (``"levels"``).
+        step_weights: relative frequency of 1..10 steps (``"chain"``).
     """
 
     seed: int = 0
-    num_val: int = 200
+    num_val: int = 128
+    kind: str = "chain"
     level_weights: tuple[float, ...] = DEFAULT_LEVEL_WEIGHTS
+    step_weights: tuple[float, ...] = DEFAULT_STEP_WEIGHTS
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("chain", "levels"):
+            raise ConfigError(f"MathTaskConfig.kind={self.kind!r}: must be 'chain' or "
+                              f"'levels'")
+        check_step_weights(tuple(self.step_weights))
+
+    def sampler(self) -> dict[str, Any]:
+        """Keyword arguments of ``sample_problems`` for this task."""
+        if self.kind == "levels":
+            return {"level_weights": self.level_weights}
+        return {"draw": functools.partial(draw_chain, weights=tuple(self.step_weights))}
 
 
 def validation_problems(cfg: MathTaskConfig) -> list[Problem]:
     """The held-out validation problems (unique)."""
-    return sample_problems(cfg.seed, cfg.num_val, level_weights=cfg.level_weights,
-                           unique=True)
+    return sample_problems(cfg.seed, cfg.num_val, unique=True, **cfg.sampler())
 
 
 def validation_records(cfg: MathTaskConfig) -> list[dict[str, Any]]:
@@ -53,7 +73,7 @@ def training_problems(cfg: MathTaskConfig, n: int, *, offset: int = 0) -> list[P
         raise ConfigError(f"offset must be >= 0, got {offset}")
     held_out = frozenset(p.key for p in validation_problems(cfg))
     chunk_seed = random.Random(f"{cfg.seed + 1}:{offset}").randrange(2**63)
-    return sample_problems(chunk_seed, n, level_weights=cfg.level_weights, exclude=held_out)
+    return sample_problems(chunk_seed, n, exclude=held_out, **cfg.sampler())
 
 
 def training_records(cfg: MathTaskConfig, n: int, *, offset: int = 0) -> list[dict[str, Any]]:

@@ -34,13 +34,14 @@ from pivot.planner.monitor import RoleShape
 from pivot.planner.plan import ShiftDown, ShiftPlan
 from pivot.rl import checkpoint
 from pivot.rl.data import PromptStream
+from pivot.rl.lengths import length_report
 from pivot.rl.loop import LoopConfig, RLLoop
 from pivot.rl.staleness import StalenessBound
 from pivot.rl.workflow import RLWorkflow
 from pivot.scheduler.scheduler import ShiftAwareScheduler
 from pivot.scheduler.throughput import BinaryThroughputModel, ThroughputModel
 from pivot.sim.deployment import Deployment
-from pivot.types import INFERENCE_ROLES, POLICY, Role
+from pivot.types import GENRM, INFERENCE_ROLES, POLICY, Role
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,9 @@ class LocalDriver:
         loop: poll and tick periods, checkpoints, stop_after.
         steps: RL steps of the run.
         seed: sampling seed (the data seed is ``stream.seed``).
-        throughput: (A, B, C, D) of the engines' decode latency (sec. 6.1), seconds.
+        throughput: (A, B, C, D) of the policy engines' decode latency (sec. 6.1), s.
+        judge_throughput: the same for the GenRM's engines (another model); None: the
+            policy's.
         tau_inference / tau_training: shift times the planner charges (sec. 7.1), s.
         cpu_share: fraction of one core per slot (cgroup v1 quota); 0 disables.
         lr: AdamW learning rate of the trainer.
@@ -127,6 +130,7 @@ class LocalDriver:
                  stream: PromptStream = PromptStream(), loop: LoopConfig = LoopConfig(),
                  steps: int = 4, seed: int = 0,
                  throughput: tuple[float, float, float, float] = (2e-6, 0.012, 6e-4, 0.002),
+                 judge_throughput: tuple[float, float, float, float] | None = None,
                  tau_inference: float = 0.5, tau_training: float = 1.0,
                  cpu_share: float = 0.5, lr: float = 3e-4, eval_every: int = 0,
                  resume: bool = False, run_dir: str | None = None, stack=None,
@@ -138,10 +142,13 @@ class LocalDriver:
                   f"must be a {cls.__name__} (LocalDriver.{k} = @{cls.__name__}())")
         check_range("LocalDriver.steps", steps, 1, integer=True)
         check_range("LocalDriver.seed", seed, 0, integer=True)
-        check(isinstance(throughput, (tuple, list)) and len(throughput) == 4,
-              "LocalDriver.throughput", throughput, "must be (A, B, C, D) in seconds")
-        for k, v in zip("ABCD", throughput):
-            check_range(f"LocalDriver.throughput ({k})", v, 0, why="seconds, sec. 6.1")
+        for name, tp in (("throughput", throughput), ("judge_throughput", judge_throughput)):
+            if tp is None and name == "judge_throughput":
+                continue
+            check(isinstance(tp, (tuple, list)) and len(tp) == 4, f"LocalDriver.{name}", tp,
+                  "must be (A, B, C, D) in seconds")
+            for k, v in zip("ABCD", tp):
+                check_range(f"LocalDriver.{name} ({k})", v, 0, why="seconds, sec. 6.1")
         check_range("LocalDriver.tau_inference", tau_inference, 0, why="seconds")
         check_range("LocalDriver.tau_training", tau_training, 0, why="seconds")
         check_range("LocalDriver.cpu_share", cpu_share, 0, cores,
@@ -163,6 +170,7 @@ class LocalDriver:
         self.group, self.dep, self.stream, self.loop_cfg = group, deployment, stream, loop
         self.steps, self.seed, self.lr = steps, seed, lr
         self.tm = ThroughputModel(*throughput)
+        self.judge_tm = ThroughputModel(*judge_throughput) if judge_throughput else self.tm
         self.tau_inference, self.tau_training = tau_inference, tau_training
         self.cpu_share, self.eval_every, self.resume = cpu_share, eval_every, resume
         self.run_dir = Path(run_dir) if run_dir else None
@@ -194,7 +202,7 @@ class LocalDriver:
         self.split = (ro, rm)
         # built here, not at run time: its checks (and those against this group's slots)
         # fail before any engine starts
-        self.planner = deployment.planner(self.tm, self.tm)
+        self.planner = deployment.planner(self.tm, self.judge_tm)
         if hasattr(self.planner, "check_fits"):
             self.planner.check_fits(group.devices, {r: pool for r in INFERENCE_ROLES},
                                     f"{pool} slots of LocalGroup.devices={group.devices}")
@@ -232,20 +240,21 @@ class LocalDriver:
         from pivot.roles.engine.requests import SampleSpec
 
         g, d = self.group, self.dep
-        sm = BinaryThroughputModel() if d.binary_scheduler else self.tm
-        self.schedulers = {r: ShiftAwareScheduler(r, sm, migrate_on_shift_up=d.migrate_on_shift_up,
-                                                  kv_reserve=64, max_seqs=self.max_num_seqs)
-                           for r in INFERENCE_ROLES}
-        eos = self.tok.eos_token_id
+        tms = {Role.ROLLOUT: self.tm, Role.REWARD: self.judge_tm}
+        self.schedulers = {r: ShiftAwareScheduler(
+            r, BinaryThroughputModel() if d.binary_scheduler else tms[r],
+            migrate_on_shift_up=d.migrate_on_shift_up, kv_reserve=64,
+            max_seqs=self.max_num_seqs) for r in INFERENCE_ROLES}
+        codecs = self.stack.codecs
+        eos, judge_eos = codecs[POLICY].eos_id, codecs[GENRM].eos_id
         ro_spec = SampleSpec(max_tokens=g.max_response_tokens, temperature=g.temperature,
                              ignore_eos=g.ignore_eos,
                              stop_token_ids=(eos,) if eos is not None and not g.ignore_eos
                              else ())
         rm_spec = SampleSpec(max_tokens=g.max_judge_tokens, temperature=0.0,
-                             stop_token_ids=(eos,) if eos is not None else ())
-        encode = lambda s: self.tok(s)["input_ids"]  # noqa: E731
-        decode = lambda ids: self.tok.decode(ids, skip_special_tokens=True)  # noqa: E731
-        self.fleet = Fleet(self.ctl, self.schedulers, decode, encode, ro_spec, rm_spec, self.seed)
+                             stop_token_ids=(judge_eos,) if judge_eos is not None else ())
+        encode = codecs[POLICY].encode
+        self.fleet = Fleet(self.ctl, self.schedulers, codecs, ro_spec, rm_spec, self.seed)
         shapes = {r: RoleShape(1, self.kv_capacity, g.devices, self.tau_inference)
                   for r in INFERENCE_ROLES}
         planner = self.planner
@@ -351,7 +360,8 @@ class LocalDriver:
                            "planner_mean_s": (sum(self.control.planner_s) /
                                               max(len(self.control.planner_s), 1)),
                            "cpu_share": self.cpu_share, "policy_dir": self.policy_dir,
-                           "data_order": loop.data_order})
+                           "data_order": loop.data_order,
+                           "lengths": length_report(hist)})
         if checks is not None:
             res.extra["checks"] = checks
         if run_dir is not None:

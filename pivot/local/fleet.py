@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pivot.rewards.genrm import build_genrm_prompt
 from pivot.roles.engine.port import GeneratorPort
@@ -29,6 +29,9 @@ from pivot.runtime.waits import Steps, run_async, run_blocking
 from pivot.scheduler.scheduler import ShiftAwareScheduler
 from pivot.shifting.executor import MigrationStats
 from pivot.types import GENRM, POLICY, Role, SequenceState
+
+if TYPE_CHECKING:
+    from pivot.models.tokenizer import TextCodec
 
 log = logging.getLogger(__name__)
 
@@ -87,17 +90,17 @@ class Fleet:
     Args:
         ctl: the mesh controller.
         schedulers: role -> shift-aware scheduler.
-        decode: token ids -> text (the shared tokenizer).
-        encode: text -> token ids.
+        codecs: model -> its ``TextCodec`` (policy and GenRM have their own tokenizers:
+            a response is decoded as text and the GenRM's prompt re-encoded from it).
         rollout_spec / judge_spec: sampling of responses and judgements.
         sample_seed: base of per-sequence sampling seeds (deterministic sampling).
     """
 
-    def __init__(self, ctl: Any, schedulers: Mapping[Role, ShiftAwareScheduler], decode,
-                 encode, rollout_spec: SampleSpec, judge_spec: SampleSpec,
-                 sample_seed: int):
+    def __init__(self, ctl: Any, schedulers: Mapping[Role, ShiftAwareScheduler],
+                 codecs: Mapping[str, TextCodec], rollout_spec: SampleSpec,
+                 judge_spec: SampleSpec, sample_seed: int):
         self.ctl, self.schedulers = ctl, schedulers
-        self.decode, self.encode = decode, encode
+        self.codecs = dict(codecs)
         self.specs = {POLICY: rollout_spec, GENRM: judge_spec}
         self.seed = sample_seed
         self.port = GeneratorPort(SlotReplicas(ctl), {}, spec_for=self._spec,
@@ -173,7 +176,8 @@ class Fleet:
                 sid, model, prompt = 2 * t.traj_id, POLICY, list(t.prompt_tokens)
             else:
                 sid, model = 2 * t.traj_id + 1, GENRM
-                prompt = self.encode(build_genrm_prompt(t.question, t.response_text or ""))
+                prompt = self.codecs[GENRM].encode(
+                    build_genrm_prompt(t.question, t.response_text or ""))
             cap = self.specs[model].max_tokens
             self.port.sequences[sid] = SequenceState(sid, model, len(prompt), cap,
                                                      prompt_tokens=prompt)
@@ -206,11 +210,14 @@ class Fleet:
                 log.error("sequence %d failed: %s", sid, res.error)
             if role is Role.ROLLOUT:
                 self.responses.append(Response(t.traj_id, list(res.tokens), list(res.logprobs),
-                                               self.decode(res.tokens), res.finish_reason,
+                                               self.codecs[POLICY].decode(res.tokens),
+                                               res.finish_reason,
                                                processed))
             else:
                 self.trajs.pop(t.traj_id, None)
-                self.judgements.append(Judgement(t.traj_id, self.decode(res.tokens), processed))
+                self.judgements.append(Judgement(
+                    t.traj_id, self.codecs[GENRM].decode(res.tokens), processed,
+                    len(res.tokens)))
         self.feed_lengths(self.port.lengths)
         yield from self.dispatch_steps()
 

@@ -17,6 +17,7 @@ from pivot.config.validation import check_bool, check_range, check_text, default
 from pivot.errors import ConfigError
 from pivot.models import ensure_models
 from pivot.models import paths as model_paths
+from pivot.models.build import GENRM_MAX_NEW_TOKENS, POLICY_MAX_NEW_TOKENS
 from pivot.roles.engine.config import EngineConfig, check_model_dir
 
 log = logging.getLogger(__name__)
@@ -53,8 +54,8 @@ class LocalGroup:
     random_if_missing: bool = False
     training_devices: int = 1
     n: int = 4
-    max_response_tokens: int = 48
-    max_judge_tokens: int = 48
+    max_response_tokens: int = POLICY_MAX_NEW_TOKENS
+    max_judge_tokens: int = GENRM_MAX_NEW_TOKENS
     temperature: float = 1.0
     ignore_eos: bool = False
     num_blocks: int = 256

@@ -86,6 +86,7 @@ class LocalStack:
         from pivot.gps.layout import ModelMeta, plan_storage
         from pivot.local.cgroups import SlotCpuShares
         from pivot.local.contexts import GeneratorFactory, SlotTrainerContext
+        from pivot.models.tokenizer import TextCodec
         from pivot.runtime.gps_source import GPSParameterSource
         from pivot.runtime.mesh import MeshController
         from pivot.runtime.provision import allocate, spawn_host_service
@@ -96,7 +97,9 @@ class LocalStack:
         self.policy_dir, self.genrm_dir = g.model_dirs()
         cache = str(Path("cache").resolve())
         ensure_client_tmpdir(Path(cache) / "tmp")  # Monarch's sockets (pivot.compat.monarch)
+        # each model its own tokenizer: text crosses from rollout to reward, never ids
         self.tok = AutoTokenizer.from_pretrained(self.policy_dir)
+        self.codecs = {POLICY: TextCodec.of(self.tok), GENRM: TextCodec.load(self.genrm_dir)}
         self.initial: dict[str, dict[str, torch.Tensor]] = {}
         for m, d in ((POLICY, self.policy_dir), (GENRM, self.genrm_dir)):
             sd = {}

@@ -1,12 +1,17 @@
-"""Builds the tokenizer and the two tiny models into the cache, once per configuration.
+"""Builds the two tokenizers and the two tiny models into the cache, once per configuration.
 
 Layout under ``<cache>/models``::
 
-    tokenizer/   the shared tokenizer (also copied into each model folder, so vLLM and
-                 transformers can load a model folder on its own)
-    policy/      Qwen3ForCausalLM, SFT-trained to answer in the ``Answer: N`` format
-    genrm/       Qwen3ForCausalLM (same shape), SFT-trained to judge and end with ``Score: N``
+    tokenizer/   the policy's tokenizer (each model folder holds its own tokenizer, so vLLM
+                 and transformers can load a model folder on its own)
+    policy/      Qwen3ForCausalLM, SFT-trained to write worked steps and ``Answer: N``
+    genrm/       LlamaForCausalLM (larger, its own tokenizer), SFT-trained to check a
+                 response step by step and end with ``Score: N``
     manifest.json  the build config, its hash, and the measured results
+
+The same config gives the same weights (seeded init and data order, on one thread count).
+Both models are evaluated on the validation set the RL run reports (``PromptStream``'s
+``num_val`` problems of the same seed), with the RL run's generation caps.
 
 A build whose manifest hash matches the requested config is reused; any other is rebuilt.
 """
@@ -24,24 +29,29 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import GenerationConfig, Qwen3ForCausalLM
+from transformers import GenerationConfig, LlamaForCausalLM, Qwen3ForCausalLM
 
 from pivot.data.dataset import training_problems, validation_problems
-from pivot.models.config import BuildConfig, qwen3_config
+from pivot.models.config import BuildConfig, hf_config
 from pivot.models.evaluate import GenRMEval, PolicyEval, greedy_generate, pearson
 from pivot.data.arithmetic import Problem
 from pivot.models.examples import (Example, candidate_response, genrm_example, judged_example,
                                    policy_example, policy_prompt)
 from pivot.models.sft import train_sft
-from pivot.models.tokenizer import train_tokenizer
+from pivot.models.tokenizer import GENRM_SPECIAL_TOKENS, train_tokenizer
 from pivot.rewards.genrm import build_genrm_prompt, parse_genrm_score
 from pivot.rewards.verifiable import extract_answer, is_correct
 
 logger = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
-POLICY_MAX_NEW_TOKENS = 32
-GENRM_MAX_NEW_TOKENS = 48
+POLICY_MAX_NEW_TOKENS = 128
+"""The RL run's response cap (``LocalGroup.max_response_tokens``): 10 worked steps take
+about 95 tokens."""
+GENRM_MAX_NEW_TOKENS = 96
+"""The RL run's judgement cap (``LocalGroup.max_judge_tokens``): a check of 10 steps takes
+about 60 tokens."""
+CLASSES = {"qwen3": Qwen3ForCausalLM, "llama": LlamaForCausalLM}
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +103,8 @@ def evaluate_policy(model, tok, cfg: BuildConfig) -> PolicyEval:
 
 
 def judge_responses(model, tok, problems: list[Problem], responses: list[str]) -> GenRMEval:
-    """Pearson r of the GenRM's score and the verifiable correctness of ``responses``."""
+    """Pearson r of the GenRM's score and the verifiable correctness of ``responses``
+    (``tok``: the GenRM's tokenizer; only text crosses)."""
     outs = greedy_generate(model, tok, [build_genrm_prompt(p.question, r)
                                         for p, r in zip(problems, responses)],
                            GENRM_MAX_NEW_TOKENS)
@@ -107,7 +118,8 @@ def judge_responses(model, tok, problems: list[Problem], responses: list[str]) -
                      len(parsed))
 
 
-def evaluate_genrm(model, tok, cfg: BuildConfig, policy=None) -> dict[str, Any]:
+def evaluate_genrm(model, tok, cfg: BuildConfig, policy=None, policy_tok=None
+                   ) -> dict[str, Any]:
     """The GenRM on held-out (validation) problems: on synthetic candidates and, given the
     policy, on the policy's own greedy responses (the pairs it will judge in RL)."""
     rng = random.Random(cfg.task.seed + 7)
@@ -116,7 +128,7 @@ def evaluate_genrm(model, tok, cfg: BuildConfig, policy=None) -> dict[str, Any]:
     out = {"synthetic": asdict(judge_responses(
         model, tok, probs, [candidate_response(rng, p) for p in probs]))}
     if policy is not None:
-        responses = greedy_generate(policy, tok, [policy_prompt(p) for p in val],
+        responses = greedy_generate(policy, policy_tok, [policy_prompt(p) for p in val],
                                     POLICY_MAX_NEW_TOKENS)
         out["policy_outputs"] = asdict(judge_responses(model, tok, val, responses))
     return out
@@ -163,36 +175,40 @@ def build_models(cache_dir: str | os.PathLike[str] | None = None,
                                      offset=10**6)  # an offset no RL stream starts near
         pol = [policy_example(q) for q in problems[:cfg.policy_examples]]
         n = cfg.tokenizer_corpus
-        corpus = genrm_examples(cfg, problems[:n], None, None)
-        tok = train_tokenizer([e.prompt + e.target for e in pol[:n] + corpus], cfg.vocab_size,
+        tok = train_tokenizer([e.prompt + e.target for e in pol[:n]], cfg.vocab_size,
                               cfg.arch.max_position_embeddings)
-        mcfg = qwen3_config(cfg.arch, len(tok), tok.bos_token_id, tok.eos_token_id,
-                            tok.pad_token_id)
-        results: dict[str, Any] = {"vocab": len(tok)}
+        gtok = train_tokenizer([e.prompt + e.target
+                                for e in genrm_examples(cfg, problems[:n], None, None)],
+                               cfg.genrm_vocab_size, cfg.genrm_arch.max_position_embeddings,
+                               specials=GENRM_SPECIAL_TOKENS)
+        results: dict[str, Any] = {"vocab": len(tok), "genrm_vocab": len(gtok)}
 
-        def train(name: str, examples: list[Example], sft) -> Qwen3ForCausalLM:
+        def train(name: str, arch, t, examples: list[Example], sft):
             torch.manual_seed(sft.seed)
-            model = Qwen3ForCausalLM(mcfg)
+            model = CLASSES[arch.family](hf_config(arch, len(t), t.bos_token_id,
+                                                   t.eos_token_id, t.pad_token_id))
             t0 = time.perf_counter()
-            losses = train_sft(model, tok, examples, sft)
-            results[name] = {"params": sum(x.numel() for x in model.parameters()),
+            losses = train_sft(model, t, examples, sft)
+            results[name] = {"architecture": type(model).__name__,
+                             "params": sum(x.numel() for x in model.parameters()),
                              "sft_seconds": round(time.perf_counter() - t0, 1),
                              "final_loss": round(sum(losses[-10:]) / len(losses[-10:]), 4)}
             return model
 
-        policy = train("policy", pol, cfg.policy_sft)
+        policy = train("policy", cfg.arch, tok, pol, cfg.policy_sft)
         results["policy"].update(asdict(evaluate_policy(policy, tok, cfg)))
         r = results["policy"]
         logger.info("policy built: %d parameters, SFT %.0f s, accuracy@1 %.2f", r["params"],
                     r["sft_seconds"], r["accuracy_at_1"])
         logger.debug("policy: %s", r)
         _save(policy, tok, p.policy)
-        genrm = train("genrm", genrm_examples(cfg, problems, policy, tok), cfg.genrm_sft)
-        results["genrm"].update(evaluate_genrm(genrm, tok, cfg, policy))
+        genrm = train("genrm", cfg.genrm_arch, gtok,
+                      genrm_examples(cfg, problems, policy, tok), cfg.genrm_sft)
+        results["genrm"].update(evaluate_genrm(genrm, gtok, cfg, policy, tok))
         logger.info("GenRM built: %d parameters, SFT %.0f s", results["genrm"]["params"],
                     results["genrm"]["sft_seconds"])
         logger.debug("genrm: %s", results["genrm"])
-        _save(genrm, tok, p.genrm)
+        _save(genrm, gtok, p.genrm)
         if p.tokenizer.exists():
             shutil.rmtree(p.tokenizer)
         tok.save_pretrained(p.tokenizer)

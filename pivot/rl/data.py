@@ -17,7 +17,7 @@ import gin
 from pivot.data.dataset import MathTaskConfig, training_records, validation_records
 from pivot.data.records import ground_truth, question_of_record, validate_record
 from pivot.data.template import render_prompt
-from pivot.config.validation import check_range, check_text
+from pivot.config.validation import check_range, check_text, default_of
 from pivot.errors import ConfigError
 
 
@@ -28,13 +28,14 @@ class PromptStream:
         prompts_per_step: prompts in one RL step's batch (each gets n responses).
         seed: data seed (validation from ``seed``, training from ``seed + 1``).
         parquet: a DAPO-Math-17k parquet file; None uses the generated task.
-        num_val: validation problems (accuracy@1).
+        num_val: validation problems (accuracy@1); the model build evaluates on the same
+            set (``MathTaskConfig.num_val``), so its report and the run's compare.
     """
 
     prompts_per_step: int = 8
     seed: int = 0
     parquet: str | None = None
-    num_val: int = 64
+    num_val: int = default_of(MathTaskConfig, "num_val")
 
     def __post_init__(self) -> None:
         check_range("PromptStream.prompts_per_step", self.prompts_per_step, 1, integer=True)

@@ -43,6 +43,14 @@ from pivot.runtime.waits import settle
 log = logging.getLogger(__name__)
 
 
+def pearson_or_none(xs: list[float], ys: list[float]) -> float | None:
+    """Pearson's r, or None where either side is constant (JSON has no NaN)."""
+    try:
+        return statistics.correlation(xs, ys)
+    except statistics.StatisticsError:
+        return None
+
+
 @gin.configurable
 @dataclass
 class LoopConfig:
@@ -163,7 +171,9 @@ class RLLoop:
     async def reward_loop(self) -> None:
         while not self._stop:
             for j in await settle(self.reward.poll()):
-                self.wf.judged(j.traj_id, j.text).tokens_processed += j.tokens_processed
+                t = self.wf.judged(j.traj_id, j.text)
+                t.tokens_processed += j.tokens_processed
+                t.judge_len = j.generated
                 self._reward_pending.discard(j.traj_id)
                 self._count(j.tokens_processed)
             await self.clock.sleep(self.cfg.poll_s)
@@ -224,6 +234,14 @@ class RLLoop:
                  "reward/genrm_parse_ok": statistics.fmean(bool(t.genrm_ok) for t in rows),
                  "rollout/response_len_mean": statistics.fmean(
                      len(t.response_tokens or []) for t in rows),
+                 # the whole step's lengths: their distribution (the long tail) is
+                 # reported at the start and the end of a run
+                 "rollout/response_lens": [len(t.response_tokens or []) for t in rows],
+                 "reward/judge_lens": [t.judge_len for t in rows],
+                 # does the GenRM agree with the verifier on this batch (the build
+                 # reports the same correlation on the validation set)
+                 "reward/genrm_pearson": pearson_or_none([t.genrm for t in rows],
+                                                         [t.verifiable for t in rows]),
                  "allocation": self.control.allocation(),
                  # what reached training: prompt index -> [rewarded responses, trajectories]
                  "batch/groups": {str(g.prompt_index): [sum(t.rewarded for t in g.trajectories),

@@ -32,6 +32,8 @@ class Judgement:
     traj_id: int
     text: str
     tokens_processed: int
+    generated: int = 0
+    """Tokens the GenRM wrote (the judgement's length)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ class Trajectory:
         genrm_ok: the judgement parsed.
         tokens_processed: prompt + generated tokens of its rollout and of its judgement
             (the end-to-end throughput counts them when its batch is trained).
+        judge_len: tokens the GenRM wrote for it.
     """
 
     traj_id: int
@@ -52,6 +53,7 @@ class Trajectory:
     genrm_ok: bool | None = None
     finish_reason: str | None = None
     tokens_processed: int = 0
+    judge_len: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

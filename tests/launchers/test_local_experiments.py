@@ -21,15 +21,29 @@ def test_an_unknown_deployment_is_a_config_error_naming_it(bad):
         deployment_of(bad)
 
 
-def test_ratios_are_taken_against_the_better_disaggregated_split():
+def test_ratios_are_taken_against_the_best_split_of_each_static_baseline():
     rows = [{"deployment": d, "throughput": t, "throughput_run": t, "throughput_finished": t}
-            for d, t in (("colocated", 100.0), ("disaggregated", 200.0),
-                         ("disaggregated_1_2", 300.0), ("pivotrl", 330.0), ("pivotrl", 270.0))]
+            for d, t in (("colocated", 100.0), ("disaggregated_2_1_1", 200.0),
+                         ("disaggregated_1_2_1", 300.0), ("disaggregated_1_1_2", 250.0),
+                         ("rr_colocated_1", 150.0), ("rr_colocated_2", 240.0),
+                         ("pivotrl", 330.0), ("pivotrl", 270.0))]
     out = throughput_table(rows)
-    assert out["disaggregated_best_split"] == "disaggregated_1_2"
+    assert out["disaggregated_best_split"] == "disaggregated_1_2_1"
+    assert out["rr_colocated_best_split"] == "rr_colocated_2"
     assert out["throughput_mean"]["pivotrl"] == pytest.approx(300.0)
-    assert out["ratios"]["pivotrl"] == {"vs_disaggregated": pytest.approx(1.0),
-                                        "vs_colocated": pytest.approx(3.0)}
+    assert out["ratios"]["pivotrl"] == {
+        "vs_colocated": pytest.approx(3.0), "vs_disaggregated": pytest.approx(1.0),
+        "vs_rr_colocated": pytest.approx(1.25), "vs_best_static": pytest.approx(1.0)}
+
+
+def test_throughput_runs_every_static_split_with_each_role_on_a_slot():
+    from launchers.local_experiments import throughput_deployments
+    deps = throughput_deployments(4)
+    assert set(deps) == {"colocated", "disaggregated_2_1_1", "disaggregated_1_2_1",
+                         "disaggregated_1_1_2", "rr_colocated_1", "rr_colocated_2", "pivotrl"}
+    d = deployment_of("disaggregated_1_1_2")
+    assert (d.rollout_devices, d.reward_devices, d.training_devices) == (1, 1, 2)
+    assert deployment_of("rr_colocated_2").training_devices == 2
 
 
 def test_a_summary_row_without_its_run_folder_names_the_command_to_run():

@@ -12,7 +12,10 @@ TINY = BuildConfig(
     task=MathTaskConfig(seed=0, num_val=16),
     arch=ArchConfig(hidden_size=64, num_layers=1, num_heads=2, num_kv_heads=1,
                     intermediate_size=128),
-    vocab_size=300, tokenizer_corpus=200, policy_examples=200, genrm_examples=200,
+    genrm_arch=ArchConfig(family="llama", hidden_size=96, num_layers=2, num_heads=3,
+                          num_kv_heads=1, intermediate_size=160, tie_word_embeddings=False),
+    vocab_size=300, genrm_vocab_size=320, tokenizer_corpus=200, policy_examples=200,
+    genrm_examples=200,
     policy_sft=SFTConfig(steps=3, batch_size=8), genrm_sft=SFTConfig(steps=3, batch_size=8),
     genrm_policy_candidates=50,
     genrm_eval_pairs=16)
@@ -47,7 +50,9 @@ def test_a_build_writes_both_models_the_tokenizer_and_a_manifest(built):
     assert (p.tokenizer / "tokenizer.json").is_file()
     assert manifest["digest"] == TINY.digest() and is_built(cache, TINY)
     res = manifest["results"]
-    assert res["policy"]["params"] == res["genrm"]["params"] > 0
+    assert res["genrm"]["params"] > 2 * res["policy"]["params"] > 0
+    assert (res["policy"]["architecture"], res["genrm"]["architecture"]) == (
+        "Qwen3ForCausalLM", "LlamaForCausalLM")
     assert 0.0 <= res["policy"]["accuracy_at_1"] <= 1.0
 
 
@@ -73,3 +78,25 @@ def test_the_saved_models_load_offline_and_generate(built):
 def test_the_paths_follow_pivot_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("PIVOT_CACHE", str(tmp_path))
     assert paths().policy == tmp_path / "models" / "policy"
+
+
+def _digests(cache) -> dict[str, str]:
+    import hashlib
+    p = paths(cache)
+    return {f"{d.name}/{f.name}": hashlib.sha256(f.read_bytes()).hexdigest()
+            for d in (p.policy, p.genrm) for f in sorted(d.iterdir()) if f.is_file()}
+
+
+def test_the_same_config_builds_the_same_weights(built, tmp_path):
+    """Reproducible builds: seeded init, data order and SFT on one thread count give
+    bit-identical weights, tokenizers and configs (the manifest holds wall times)."""
+    cache, manifest = built
+    again = build_models(tmp_path, TINY, threads=1)
+    assert _digests(tmp_path) == _digests(cache)
+    import json
+
+    def measured(man):  # NaN-safe comparison of everything but wall times
+        return json.dumps({m: {k: v for k, v in man["results"][m].items()
+                               if k != "sft_seconds"} for m in ("policy", "genrm")},
+                          sort_keys=True)
+    assert measured(again) == measured(manifest)

@@ -29,3 +29,28 @@ def test_genrm_examples_end_with_a_parseable_score():
     for _ in range(50):
         ex = genrm_example(rng, P)
         assert ex.prompt.endswith("Judgement:") and parse_genrm_score(ex.target).ok
+
+
+C = Problem("7 + 8 - 4", 11, 2)
+
+
+def test_a_chain_judgement_checks_every_step_and_grows_with_the_chain():
+    good = " 7 + 8 = 15\n15 - 4 = 11\nAnswer: 11"
+    lines, score = judge_score(C, good)
+    assert score == 10 and lines == ["= 15 ok", "= 11 ok"]
+    slip = " 7 + 8 = 16\n16 - 4 = 12\nAnswer: 12"
+    assert judge_score(C, slip) == (["= 15 no", "= 11 no"], 3)
+    lucky = " 7 + 8 = 16\n15 - 4 = 11\nAnswer: 11"          # right answer, a wrong step
+    assert judge_score(C, lucky)[1] == 6
+    assert judge_score(C, " 7 + 8 = 15\n15 - 4 = 11")[1] == 0   # no answer line
+    long = Problem("7 + 8 - 4 + 1 + 1 + 1 + 1 + 1 + 1 + 1", 18, 9)
+    assert len(judge_score(long, " Answer: 18")[0]) == 9       # a check per step
+
+
+def test_chain_candidates_mix_right_and_wrong_and_the_judgement_agrees():
+    rng = random.Random(2)
+    cands = [candidate_response(rng, C) for _ in range(400)]
+    right = sum(is_correct(c, "11") for c in cands) / len(cands)
+    assert 0.3 < right < 0.7
+    for c in cands:
+        assert (judge_score(C, c)[1] >= 6) == is_correct(c, "11")

@@ -26,3 +26,16 @@ def test_the_chat_template_renders_the_same_prompt_text():
     msgs = [{"role": "user", "content": "Problem: What is 1 + 2?"}]
     text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
     assert text == BOS + render_prompt(msgs)
+
+
+def test_two_models_own_tokenizers_exchange_text_not_ids():
+    from pivot.models.tokenizer import GENRM_SPECIAL_TOKENS, TextCodec
+    policy = TextCodec.of(train_tokenizer(CORPUS, vocab_size=300))
+    judge_corpus = [c + "\n= 7 ok\nGiven: 7\nScore: 10" for c in CORPUS]
+    genrm = TextCodec.of(train_tokenizer(judge_corpus, vocab_size=330,
+                                         specials=GENRM_SPECIAL_TOKENS))
+    assert policy.eos_id != genrm.eos_id and policy.pad_id != genrm.pad_id
+    text = " 23 + 7 = 30\nAnswer: 30"
+    ids = policy.encode(text)
+    assert genrm.encode(text) != ids                 # different vocabularies
+    assert genrm.decode(genrm.encode(policy.decode(ids))) == text

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from pivot.local.fleet import Fleet
+from pivot.models.tokenizer import TextCodec
 from pivot.reliability.invariants import InvariantError
 from pivot.reliability.local_checks import LocalChecker
 from pivot.rl.data import PromptStream
@@ -17,7 +18,7 @@ from pivot.scheduler.scheduler import ShiftAwareScheduler
 from pivot.scheduler.throughput import ThroughputModel
 from pivot.shifting.device_map import DeviceMap
 from pivot.shifting.role_shift import SlotKind
-from pivot.types import INFERENCE_ROLES, ReplicaView, Role
+from pivot.types import GENRM, INFERENCE_ROLES, POLICY, ReplicaView, Role
 
 KV = 1000
 
@@ -95,8 +96,8 @@ def run():
     _up(ctl, scheds, Role.ROLLOUT, "r0", 0)
     _up(ctl, scheds, Role.REWARD, "r1", 1)
     spec = SampleSpec(max_tokens=8)
-    fleet = Fleet(ctl, scheds, lambda ids: " ".join(map(str, ids)), lambda s: [1, 2, 3],
-                  spec, spec, sample_seed=0)
+    codec = TextCodec(lambda s: [1, 2, 3], lambda ids: " ".join(map(str, ids)), None, None)
+    fleet = Fleet(ctl, scheds, {POLICY: codec, GENRM: codec}, spec, spec, sample_seed=0)
     wf = RLWorkflow(PromptStream(prompts_per_step=1, num_val=4), 2, 2, StalenessBound(2),
                     lambda s: [1, 2, 3])
     control = SimpleNamespace(tick=lambda status: None, training_devices=lambda: (),
