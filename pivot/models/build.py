@@ -48,9 +48,9 @@ MANIFEST = "manifest.json"
 POLICY_MAX_NEW_TOKENS = 128
 """The RL run's response cap (``LocalGroup.max_response_tokens``): 10 worked steps take
 about 95 tokens."""
-GENRM_MAX_NEW_TOKENS = 96
+GENRM_MAX_NEW_TOKENS = 128
 """The RL run's judgement cap (``LocalGroup.max_judge_tokens``): a check of 10 steps takes
-about 60 tokens."""
+about 100 tokens."""
 CLASSES = {"qwen3": Qwen3ForCausalLM, "llama": LlamaForCausalLM}
 
 

@@ -142,10 +142,12 @@ def _wrong_score(value: int, answer: int) -> int:
 
 
 def judge_chain(problem: Problem, response: str) -> tuple[list[str], int]:
-    """The reference step-by-step judgement of a worked response: for each step of the
-    chain, ``= v ok`` where the response's line at that place is the step as it should be
-    (v its value), else ``= v no``; then a 0-10 score (``format_judgement`` adds the score
-    line). Nothing else: the judgement's length is the chain's.
+    """The reference step-by-step judgement of a worked response: each step line of the
+    response, up to the chain's length, copied with ``ok`` where it is the step as it
+    should be, else ``no`` (``?`` for a line that is no step); ``missing`` where the
+    response stops short; then a 0-10 score (``format_judgement`` adds the score line).
+    The judgement grows with the response, and copying its lines tells the GenRM where
+    to stop.
 
     10 for the right answer with every step right, 6 for the right answer with a wrong or
     missing step; a wrong answer gets 3, 2, 1 or 0 as it is off by 1, 2-3, 4-7 or more; a
@@ -155,9 +157,14 @@ def judge_chain(problem: Problem, response: str) -> tuple[list[str], int]:
              if not ln.strip().lower().startswith(("answer", "score"))]
     checks, all_ok = [], True
     for i, step in enumerate(chain_steps(problem.expression)):
-        ok = i < len(lines) and parse_step(lines[i]) == step
-        all_ok &= ok
-        checks.append(f"= {step[3]} {'ok' if ok else 'no'}")
+        if i >= len(lines):
+            checks.append("missing")
+            all_ok = False
+            break
+        given = parse_step(lines[i])
+        all_ok &= given == step
+        checks.append(f"{step_line(*given) if given else '?'} "
+                      f"{'ok' if given == step else 'no'}")
     _, value = _given(response)
     if value is None:
         return checks, 0

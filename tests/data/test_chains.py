@@ -34,8 +34,12 @@ def test_the_default_task_is_chains_and_validation_stays_out_of_training():
     cfg = MathTaskConfig()
     val = validation_problems(cfg)
     assert len(val) == cfg.num_val == 128
-    assert {p.key for p in val}.isdisjoint(p.key for p in training_problems(cfg, 2000))
+    train = training_problems(cfg, 2000)
+    assert {p.key for p in val if p.level >= 2}.isdisjoint(p.key for p in train)
     assert max(p.level for p in val) >= 8
+    # one-step problems (single facts every chain repeats) are not held out, so the
+    # training stream keeps the step distribution it is drawn with
+    assert 0.55 < sum(p.level == 1 for p in train) / len(train) < 0.65
 
 
 def test_bad_task_settings_are_refused():

@@ -6,12 +6,18 @@ from pivot.data.records import ground_truth
 
 
 def test_validation_is_disjoint_from_every_training_batch():
-    cfg = MathTaskConfig(seed=5, num_val=200)
-    val = {question_of_record(r) for r in validation_records(cfg)}
-    train = [question_of_record(r) for b in itertools.islice(iterate_prompts(cfg, 64), 30)
-             for r in b]
-    assert len(val) == 200
-    assert not val & set(train)
+    """Every held-out problem (chains: of two steps or more, ``held_out_keys``) stays out
+    of every training batch."""
+    from pivot.data.dataset import held_out_keys
+    for cfg in (MathTaskConfig(seed=5, num_val=200),
+                MathTaskConfig(seed=5, num_val=200, kind="levels")):
+        val = {question_of_record(r) for r in validation_records(cfg)}
+        held = {f"What is {k}?" for k in held_out_keys(cfg)}
+        train = [question_of_record(r) for b in itertools.islice(iterate_prompts(cfg, 64), 30)
+                 for r in b]
+        assert len(val) == 200 and held <= val
+        assert not held & set(train)
+    assert held == val   # the one-operation task holds out all of it
 
 
 def test_the_stream_is_deterministic_and_resumable():

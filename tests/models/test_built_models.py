@@ -72,3 +72,24 @@ def test_the_genrm_ends_with_a_score_line_and_prefers_the_right_answer(models):
     right = sum(p.score for p in parsed[0::2]) / len(recs)
     wrong = sum(p.score for p in parsed[1::2]) / len(recs)
     assert right > wrong
+
+
+def test_the_workload_has_the_long_tail_it_claims(models):
+    """Reference responses and judgements of a training stream, in each model's own
+    tokens: p99 / p50 >= 4 for both (the RL runs report the sampled ones,
+    ``pivot.rl.lengths``)."""
+    from pivot.data.dataset import training_problems
+    from pivot.models.examples import judge_score, target_response
+    from pivot.rewards.genrm import format_judgement
+    from pivot.rl.lengths import quantiles
+
+    ptok, _, gtok, _ = models
+    probs = training_problems(BuildConfig().task, 2000)
+    resp = [target_response(p) for p in probs]
+    r_len = [len(ptok(r, add_special_tokens=False).input_ids) + 1 for r in resp]
+    j_len = [len(gtok(format_judgement(*judge_score(p, r)), add_special_tokens=False)
+                 .input_ids) + 1 for p, r in zip(probs, resp)]
+    for lens in (r_len, j_len):
+        q = quantiles(lens)
+        assert q["p99_over_p50"] >= 4, q
+    assert max(r_len) <= POLICY_MAX_NEW_TOKENS and max(j_len) <= GENRM_MAX_NEW_TOKENS

@@ -1,6 +1,7 @@
 import random
 
 from pivot.data.arithmetic import Problem
+from pivot.data.chains import chain_steps
 from pivot.models.examples import candidate_response, genrm_example, judge_score
 from pivot.rewards import is_correct, parse_genrm_score
 
@@ -37,14 +38,17 @@ C = Problem("7 + 8 - 4", 11, 2)
 def test_a_chain_judgement_checks_every_step_and_grows_with_the_chain():
     good = " 7 + 8 = 15\n15 - 4 = 11\nAnswer: 11"
     lines, score = judge_score(C, good)
-    assert score == 10 and lines == ["= 15 ok", "= 11 ok"]
+    assert score == 10 and lines == ["7 + 8 = 15 ok", "15 - 4 = 11 ok"]
     slip = " 7 + 8 = 16\n16 - 4 = 12\nAnswer: 12"
-    assert judge_score(C, slip) == (["= 15 no", "= 11 no"], 3)
+    assert judge_score(C, slip) == (["7 + 8 = 16 no", "16 - 4 = 12 no"], 3)
     lucky = " 7 + 8 = 16\n15 - 4 = 11\nAnswer: 11"          # right answer, a wrong step
     assert judge_score(C, lucky)[1] == 6
     assert judge_score(C, " 7 + 8 = 15\n15 - 4 = 11")[1] == 0   # no answer line
+    assert judge_score(C, " 7 + 8 = 15\nAnswer: 15") == (["7 + 8 = 15 ok", "missing"], 1)
     long = Problem("7 + 8 - 4 + 1 + 1 + 1 + 1 + 1 + 1 + 1", 18, 9)
-    assert len(judge_score(long, " Answer: 18")[0]) == 9       # a check per step
+    worked = " " + "\n".join(f"{a} {op} {b} = {c}" for a, op, b, c in
+                               chain_steps(long.expression)) + "\nAnswer: 18"
+    assert len(judge_score(long, worked)[0]) == 9        # a check per step
 
 
 def test_chain_candidates_mix_right_and_wrong_and_the_judgement_agrees():
