@@ -76,7 +76,7 @@ class BuildConfig:
     policy_examples: int = 20_000
     genrm_examples: int = 20_000
     policy_sft: SFTConfig = SFTConfig(steps=1000, batch_size=32, lr=5e-3, seed=1)
-    genrm_sft: SFTConfig = SFTConfig(steps=300, batch_size=32, lr=5e-3, seed=2)
+    genrm_sft: SFTConfig = SFTConfig(steps=600, batch_size=32, lr=5e-3, seed=2)
     genrm_policy_candidates: int = 1500
     genrm_eval_pairs: int = 300
 
