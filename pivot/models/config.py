@@ -91,11 +91,11 @@ class BuildConfig:
 
 def hf_config(arch: ArchConfig, vocab_len: int, bos_id: int, eos_id: int,
               pad_id: int) -> PretrainedConfig:
-    """The transformers config of ``arch`` (Qwen3 or Llama) for its tokenizer."""
-    if arch.family == "qwen3":
-        return qwen3_config(arch, vocab_len, bos_id, eos_id, pad_id)
+    """The transformers config of ``arch`` (Qwen3 or Llama) for a tokenizer of
+    ``vocab_len`` tokens."""
     m = arch.vocab_multiple
-    return LlamaConfig(
+    cls = Qwen3Config if arch.family == "qwen3" else LlamaConfig
+    return cls(
         vocab_size=(vocab_len + m - 1) // m * m,
         hidden_size=arch.hidden_size,
         intermediate_size=arch.intermediate_size,
@@ -116,22 +116,6 @@ def hf_config(arch: ArchConfig, vocab_len: int, bos_id: int, eos_id: int,
 
 def qwen3_config(arch: ArchConfig, vocab_len: int, bos_id: int, eos_id: int,
                  pad_id: int) -> Qwen3Config:
-    """The transformers config of one tiny model for a tokenizer of ``vocab_len`` tokens."""
-    m = arch.vocab_multiple
-    return Qwen3Config(
-        vocab_size=(vocab_len + m - 1) // m * m,
-        hidden_size=arch.hidden_size,
-        intermediate_size=arch.intermediate_size,
-        num_hidden_layers=arch.num_layers,
-        num_attention_heads=arch.num_heads,
-        num_key_value_heads=arch.num_kv_heads,
-        head_dim=arch.head_dim,
-        max_position_embeddings=arch.max_position_embeddings,
-        tie_word_embeddings=arch.tie_word_embeddings,
-        rms_norm_eps=1e-6,
-        rope_theta=10000.0,
-        bos_token_id=bos_id,
-        eos_token_id=eos_id,
-        pad_token_id=pad_id,
-        torch_dtype="float32",
-    )
+    """The Qwen3 config of ``arch`` (``hf_config`` with the family forced to qwen3)."""
+    return hf_config(dataclasses.replace(arch, family="qwen3"), vocab_len, bos_id, eos_id,
+                     pad_id)

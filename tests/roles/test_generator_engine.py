@@ -138,3 +138,21 @@ def test_a_tied_head_model_shifted_down_and_up_serves_transformers_greedy(engine
         ref = hf.load(state)
         assert [r.tokens for r in run_greedy(engine, PROMPTS, 960)] == [
             ref.greedy(p, N) for p in PROMPTS]
+
+
+def test_seeded_sampling_survives_prompts_that_outgrow_one_step_budget(engine, weights):
+    """Per-sequence seeds (deterministic sampling) with more prompt tokens at once than one
+    engine step takes: with chunked prefill, vLLM (0.32, CPU) rewinds a partially
+    prefilled request's generator by ``set_offset``, which a CPU generator does not have,
+    and the whole step failed ("CPU Generator does not use offset"). The engine schedules
+    whole prompts only (``enable_chunked_prefill=False``)."""
+    engine.load_weights(weights[0])
+    budget = engine.llm.vllm_config.scheduler_config.max_num_batched_tokens
+    n = budget // 200 + 4     # prompts of 200 tokens that together exceed one step's budget
+    reqs = [GenRequest(700 + i, [1] + [3 + (i * 7 + j) % 200 for j in range(199)],
+                       SampleSpec(max_tokens=4, temperature=1.0, ignore_eos=True,
+                                  seed=11 + i)) for i in range(n)]
+    out = engine.run(reqs)
+    assert all(out[r.seq_id].finish_reason != "error" for r in reqs), \
+        {r.seq_id: out[r.seq_id].error for r in reqs if out[r.seq_id].finish_reason == "error"}
+    assert all(len(out[r.seq_id].tokens) == 4 for r in reqs)

