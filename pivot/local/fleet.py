@@ -247,7 +247,10 @@ class Fleet:
         t0 = time.perf_counter()
         sched = self.schedulers[Role.ROLLOUT]
         replicas = self.ctl.device_map.replicas(Role.ROLLOUT)
-        acts = [a for rid in replicas for a in sched.abort(rid)]
+        # a replica whose shift up is active in the device map but not yet handed to the
+        # scheduler (the executor's migrate-up comes after) holds no sequence: it is only
+        # refreshed (a publish during that window crashed the run on an unknown replica)
+        acts = [a for rid in replicas if rid in sched.replicas for a in sched.abort(rid)]
         if acts:
             yield from self.apply_steps(acts)   # one round over all replicas
         yield from self.reload_policy_steps([d for devs in replicas.values() for d in devs])

@@ -55,6 +55,9 @@ class FakeEngine:
         out, self.done = self.done, {}
         return out, {s: p + len(t) for s, (p, t) in self.live.items()}
 
+    def refresh(self):
+        self.refreshed = getattr(self, "refreshed", 0) + 1
+
 
 class FakeCtl:
     """The mesh controller's calls the fleet and the checker make."""
@@ -199,3 +202,19 @@ def test_strict_raises_at_the_first_violation(run):
     run.ctl.engines[0].live[999] = (3, [])
     with pytest.raises(InvariantError, match="999"):
         run.fleet.poll()
+
+
+def test_a_publish_refreshes_a_rollout_replica_the_scheduler_does_not_know_yet():
+    """A shift up is active in the device map before the executor hands the replica to
+    the scheduler: a publish in that window refreshes it and aborts nothing there."""
+    ctl = FakeCtl()
+    scheds = {r: ShiftAwareScheduler(r, ThroughputModel(1e-6, 0.01, 4e-4, 0.0))
+              for r in INFERENCE_ROLES}
+    _up(ctl, scheds, Role.ROLLOUT, "r0", 0)
+    ctl.device_map.begin_shift_up((1,), Role.ROLLOUT, "r1")
+    ctl.device_map.end_shift_up((1,))          # not yet in the rollout scheduler
+    codec = TextCodec(lambda s: [1, 2, 3], lambda ids: " ".join(map(str, ids)), None, None)
+    spec = SampleSpec(max_tokens=8)
+    fleet = Fleet(ctl, scheds, {POLICY: codec, GENRM: codec}, spec, spec, sample_seed=0)
+    fleet.refresh_rollout()
+    assert ctl.engines[0].refreshed == ctl.engines[1].refreshed == 1
