@@ -21,12 +21,14 @@ def throughput(d: dict) -> None:
     runs = d["runs"]
     names = list(dict.fromkeys(r["deployment"] for r in runs))
     mean = d.get("throughput_mean", {})
-    fig, ax = plt.subplots(figsize=(6, 3))
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(names)), 3.4))
     ax.bar(names, [mean.get(n) or 0 for n in names], color="#9ecae1")
     for i, n in enumerate(names):   # each seed as a dot
         ys = [r["throughput"] or 0 for r in runs if r["deployment"] == n]
         ax.plot([i] * len(ys), ys, "k.", ms=5)
-    ax.tick_params(axis="x", labelsize=7)
+    ax.tick_params(axis="x", labelsize=7, labelrotation=30)
+    for label in ax.get_xticklabels():
+        label.set_horizontalalignment("right")
     ax.set_ylabel("tokens / s (after step 1)")
     ax.set_title("End-to-end throughput, local CPU, 4 slots")
     fig.tight_layout()
