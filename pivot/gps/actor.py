@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import os
 import threading
+import time
+import uuid
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -25,6 +28,7 @@ from monarch.actor import Actor, endpoint
 
 from pivot.errors import ConfigError, StateError
 from pivot.gps.layout import ModelMeta, ParallelLayout, StorageLayout, torch_dtype
+from pivot.gps.lease import DEFAULT_TTL_S, WriteLeaseConfig, due
 from pivot.gps.plan import Link, LinkProfile, Plan, Planner
 from pivot.gps.recovery import PeerTransports, RebuildReport, pull_shards, rebuild_host
 from pivot.gps.storage import HostStore, Manifest
@@ -56,8 +60,18 @@ class GPSActor(Actor):
         return self.store.checksums(model, version, items)
 
     @endpoint
-    def begin_write(self, model: str, version: int, initial: bool = False) -> Manifest:
-        return self.store.begin_write(model, version, initial=initial)
+    def begin_write(self, model: str, version: int, initial: bool = False, holder: str = "",
+                    ttl_s: float = DEFAULT_TTL_S, published: int | None = None) -> Manifest:
+        return self.store.begin_write(model, version, initial=initial, holder=holder,
+                                      ttl_s=ttl_s, published=published)
+
+    @endpoint
+    def renew(self, model: str, version: int, holder: str) -> None:
+        self.store.renew(model, version, holder)
+
+    @endpoint
+    def writer_lost(self, holder: str) -> list[tuple[str, int]]:
+        return self.store.writer_lost(holder)
 
     @endpoint
     def put(self, model: str, version: int, items: list) -> None:
@@ -133,7 +147,8 @@ class GPSActor(Actor):
 
 HOST_OPS = ("begin_write", "put", "commit", "prepare", "install", "publish", "discard",
             "abort", "latest", "acquire", "release", "get", "versions", "close",
-            "nixl_expose", "checksums", "lease", "end_lease", "writing", "pull")
+            "nixl_expose", "checksums", "lease", "end_lease", "writing", "pull", "renew",
+            "writer_lost")
 """The operations a host handle forwards (:class:`ActorHost`; the in-process stand-in
 ``pivot.testing.gps.LocalHost`` for tests and benchmarks)."""
 
@@ -204,12 +219,15 @@ class GlobalParameterStorage:
         device_host: host index of every device of the pool.
         links: link costs for planning.
         transports: the transport per link type (default: :func:`default_transports`).
+        lease: the write lease of this client's Writes (default: gin's
+            :class:`~pivot.gps.lease.WriteLeaseConfig`).
     """
 
     def __init__(self, hosts: Sequence[Any], models: Mapping[str, ModelMeta],
                  storage: StorageLayout, device_host: Sequence[int],
                  links: LinkProfile = LinkProfile(),
-                 transports: Mapping[Link, Transport] | None = None) -> None:
+                 transports: Mapping[Link, Transport] | None = None,
+                 lease: WriteLeaseConfig | None = None) -> None:
         if len(hosts) != storage.hosts:
             raise ConfigError(f"GlobalParameterStorage: {len(hosts)} host handles for a GPS "
                               f"layout of {storage.hosts} hosts; pass one per host")
@@ -223,6 +241,9 @@ class GlobalParameterStorage:
         self.lock = threading.RLock()
         """Held by a Write and a rebuild of this client: one waits for the other (other
         clients are excluded by the hosts themselves, see :meth:`HostStore.lease`)."""
+        self.lease = lease if lease is not None else WriteLeaseConfig()
+        self.holder = f"gps-writer-{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        """This client's id on the hosts' write leases (see :meth:`writer_lost`)."""
 
     # --- Read ----------------------------------------------------------------------------
     def read(self, model: str, devices: Sequence[int], layout: ParallelLayout, *,
@@ -357,9 +378,14 @@ class GlobalParameterStorage:
         old = max((v for v in latest if v is not None), default=None)
         version = 0 if old is None else old + 1
         staged: dict[int, Manifest] = {}
+        ttl = self.lease.ttl_s
         try:
+            renewed: dict[int, float] = {}
             for h in range(len(self.hosts)):  # phase 1: stage and verify on every host
-                staged[h] = self.hosts[h].begin_write(model, version, initial=initial)
+                staged[h] = self.hosts[h].begin_write(model, version, initial=initial,
+                                                      holder=self.holder, ttl_s=ttl,
+                                                      published=old)
+                renewed[h] = time.monotonic()
             expected: dict[int, list] = {h: [] for h in staged}
             for (h, r), ts in groups.items():
                 link = Link.LOCAL if self.planner.device_host[plan.devices[r]] == h \
@@ -367,6 +393,11 @@ class GlobalParameterStorage:
                 src = states[plan.devices[r]]
                 expected[h] += self.transports[link].write(self.hosts[h], staged[h], ts, src,
                                                            verify)
+                now = time.monotonic()
+                for x in [x for x, t in renewed.items() if due(t, ttl, now)]:
+                    # shm and NIXL copies bypass the host: renew the lease explicitly
+                    self.hosts[x].renew(model, version, self.holder)
+                    renewed[x] = time.monotonic()
             for h in staged:
                 self.hosts[h].prepare(model, version, expected[h])
             for h in staged:  # phase 2: install everywhere
@@ -402,10 +433,23 @@ class GlobalParameterStorage:
                              f"hosts if they are lost (gps.rebuild)")
 
     def abort_write(self, model: str, version: int) -> None:
-        """Discards an unpublished Write of ``version`` on every host (one whose writer
-        died half-way leaves it staged or installed, and blocks later Writes)."""
+        """Discards an unpublished Write of ``version`` on every host at once (a dead
+        writer's is also discarded by the next Write once its lease expires)."""
         with self.lock:
             self._discard(model, version, range(len(self.hosts)))
+
+    def writer_lost(self, holder: str) -> list[tuple[int, str, int]]:
+        """Ends the write leases of ``holder`` (another client's :attr:`holder`) on every
+        host: its process is known dead, e.g. from Monarch supervision at the owner of its
+        proc, so the next Write need not wait for the lease to expire (:mod:`pivot.gps.
+        lease`). Returns the (host, model, version) Writes whose lease ended."""
+        out = []
+        for h in range(len(self.hosts)):
+            try:
+                out += [(h, m, v) for m, v in self.hosts[h].writer_lost(holder)]
+            except Exception as e:  # noqa: BLE001 - a dead host: nothing of it to end
+                logger.warning("GPS host %d: writer_lost(%s) failed: %s", h, holder, e)
+        return out
 
     def write_async(self, model: str, devices: Sequence[int], layout: ParallelLayout,
                     states: StateDicts, *, verify: bool = False

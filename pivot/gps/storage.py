@@ -18,7 +18,9 @@ hosts (:meth:`GlobalParameterStorage.write`, a two-phase commit plus a publish):
 version (``acquire``/``release``); a version is dropped once it is older than the published
 one and not pinned. One Write per model is in progress at a time on a host, and none while
 a rebuild holds the host's lease (``lease``/``end_lease``): the other is refused with a
-StateError naming model and version.
+StateError naming model and version. A Write holds a write lease (:mod:`pivot.gps.lease`)
+that its steps renew; once it has expired the next Write discards (or, if another host
+published it, rolls forward) the dead writer's version instead of being refused.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import threading
 import time
 import uuid
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -38,6 +40,9 @@ import torch
 from pivot.errors import ConfigError, StateError
 from pivot.gps.arena import _unlink, _unlink_all, map_arena, sweep_stale_arenas
 from pivot.gps.layout import ModelMeta, StorageLayout, torch_dtype
+from pivot.gps.lease import (DEFAULT_TTL_S, Resolution, WriteLease, open_lease, remaining,
+                             resolve, revoke)
+from pivot.gps.lease import renew as renew_lease
 from pivot.types import GENRM
 
 logger = logging.getLogger(__name__)
@@ -101,13 +106,15 @@ class _Write:
     """The one Write of a model in progress on a host."""
 
     version: int
+    lease: WriteLease
     stage: str = "staged"
     """"staged" (being filled), "prepared" (verified) or "installed" (stored, unpublished)."""
-    started: float = field(default_factory=time.monotonic)
 
     def describe(self, model: str) -> str:
-        return (f"a Write of {model} v{self.version} is in progress ({self.stage}, started "
-                f"{time.monotonic() - self.started:.1f} s ago)")
+        now = time.monotonic()
+        return (f"a Write of {model} v{self.version} is in progress ({self.stage}, by "
+                f"{self.lease.holder!r}, started {now - self.lease.started:.1f} s ago, its "
+                f"lease expires in {max(0.0, remaining(self.lease, now)):.1f} s)")
 
 
 class HostStore:
@@ -171,14 +178,20 @@ class HostStore:
                               f"{', '.join(self.models)}); fix the name or add the model")
 
     # --- Write ---------------------------------------------------------------------------
-    def begin_write(self, model: str, version: int, *, initial: bool = False) -> Manifest:
+    def begin_write(self, model: str, version: int, *, initial: bool = False,
+                    holder: str = "", ttl_s: float = DEFAULT_TTL_S,
+                    published: int | None = None) -> Manifest:
         """Allocates version ``version`` aside; fill it, then :meth:`commit` it.
 
         ``initial`` marks the first install of a model (a checkpoint load); the GenRM is
-        frozen, so only that first install is allowed for it (sec. 5.1).
+        frozen, so only that first install is allowed for it (sec. 5.1). The Write holds a
+        lease for ``holder`` of ``ttl_s`` seconds, renewed by each later step of it; a
+        Write in progress whose lease expired is resolved first (:func:`resolve`, with
+        ``published`` the highest version the writer saw published on any host).
         """
         self._model(model)
         with self._lock:
+            self._resolve_dead(model, published)
             latest = self._latest.get(model)
             if model == GENRM and not (initial and latest is None):
                 raise StateError(f"Write(M={GENRM!r}) is not allowed: the GenRM is frozen "
@@ -193,14 +206,16 @@ class HostStore:
             w = self._writing.get(model)
             if w is not None:
                 raise StateError(f"GPS host {self.host}: Write of {model} v{version} refused: "
-                                 f"{w.describe(model)}; one Write per model at a time: wait "
-                                 f"for it, or if its writer died discard it "
-                                 f"(GlobalParameterStorage.abort_write({model!r}, {w.version}))")
+                                 f"{w.describe(model)}; one Write per model at a time: retry "
+                                 f"once it ends or its lease expires (if its writer is known "
+                                 f"dead: GlobalParameterStorage.writer_lost("
+                                 f"{w.lease.holder!r}))")
             stored = max([*self._versions[model], -1 if latest is None else latest])
             if version <= stored:
                 raise StateError(f"GPS host {self.host}: {model} version {version} is not "
                                  f"newer than the stored version {stored}; versions increase")
-            self._writing[model] = _Write(version)
+            self._writing[model] = _Write(version, open_lease(holder, version, ttl_s,
+                                                              time.monotonic()))
         try:
             return self._stage(model, version)
         except BaseException:
@@ -230,10 +245,70 @@ class HostStore:
             self._staged[(model, version)] = _Version(man, arena, man.views(arena))
         return man
 
+    def _resolve_dead(self, model: str, published: int | None) -> None:
+        """Discards or rolls forward the Write of ``model`` whose lease expired (lock held)."""
+        w = self._writing.get(model)
+        if w is None:
+            return
+        res = resolve(w.lease, w.stage, time.monotonic(), published)
+        if res in (Resolution.NONE, Resolution.REFUSE):
+            return
+        logger.warning("GPS host %d: the lease of %s's Write of %s v%d expired (%s): %s",
+                       self.host, w.lease.holder, model, w.version, w.stage,
+                       "rolled forward (published elsewhere)" if res is Resolution.ROLL_FORWARD
+                       else "discarded")
+        del self._writing[model]
+        if res is Resolution.ROLL_FORWARD:
+            self._latest[model] = w.version
+            self._gc(model)
+        elif w.stage == "installed":  # its writer wrote nothing after prepare: recyclable
+            self._versions[model][w.version].doomed = True
+            self._gc(model)
+        else:
+            # A writer taken for dead may only be slow and still copying into the arena
+            # (shared memory, NIXL): unlink it rather than recycle it into the next Write.
+            st = self._staged.pop((model, w.version), None)
+            if st is not None:
+                _unlink(st.manifest.path)
+                self._paths.discard(st.manifest.path)
+
+    def _touch(self, model: str, version: int) -> None:
+        """Renews the lease of the Write of ``model`` v``version`` (implicit renewal)."""
+        with self._lock:
+            w = self._writing.get(model)
+            if w is not None and w.version == version:
+                w.lease = replace(w.lease, renewed=max(time.monotonic(), w.lease.renewed))
+
+    def renew(self, model: str, version: int, holder: str) -> None:
+        """Renews ``holder``'s lease on its Write of ``version``; StateError if it lost it."""
+        with self._lock:
+            w = self._writing.get(model)
+            if w is None or w.version != version:
+                raise StateError(f"GPS host {self.host}: {holder!r} renewing the lease of its "
+                                 f"Write of {model} v{version}, which is no longer in progress "
+                                 f"(its lease expired and it was discarded); write again")
+            w.lease = renew_lease(w.lease, holder, version, time.monotonic())
+
+    def writer_lost(self, holder: str) -> list[tuple[str, int]]:
+        """Ends every Write lease ``holder`` holds here (its process is known dead: the fast
+        path of :mod:`pivot.gps.lease`); staged or prepared versions are discarded now,
+        installed ones by the next Write (which knows whether another host published it).
+        Returns the (model, version) pairs whose lease ended."""
+        now, ended = time.monotonic(), []
+        with self._lock:
+            for model, w in list(self._writing.items()):
+                if w.lease.holder == holder:
+                    w.lease = revoke(w.lease, holder, now)
+                    ended.append((model, w.version))
+                    if w.stage != "installed":
+                        self._resolve_dead(model, None)
+        return ended
+
     def put(self, model: str, version: int,
             items: Sequence[tuple[str, int, tuple[slice, ...], torch.Tensor]]) -> None:
         """Copies slices into a staged version: (param, shard, box in shard, tensor)."""
         st = self._staged_version(model, version)
+        self._touch(model, version)
         for name, shard, box, t in items:
             st.tensors[(name, shard)][box].copy_(t)
 
@@ -250,7 +325,9 @@ class HostStore:
                                  f"v{version} {name} shard {shard} {box}: got {got}, sent "
                                  f"{want}; the write was discarded, retry it")
         with self._lock:
-            self._writing[model].stage = "prepared"
+            w = self._writing[model]
+            w.stage = "prepared"
+            w.lease = replace(w.lease, renewed=max(time.monotonic(), w.lease.renewed))
 
     def install(self, model: str, version: int) -> None:
         """Phase 2: stores a prepared version; Reads of the latest do not see it yet."""
@@ -258,6 +335,7 @@ class HostStore:
             w = self._write_in(model, version, "prepared", "install")
             self._versions[model][version] = self._staged.pop((model, version))
             w.stage = "installed"
+            w.lease = replace(w.lease, renewed=max(time.monotonic(), w.lease.renewed))
 
     def publish(self, model: str, version: int) -> None:
         """Phase 3: makes an installed version the latest; older unpinned ones are dropped."""
@@ -334,10 +412,13 @@ class HostStore:
             if other is not None and other[0] != holder:
                 raise StateError(f"GPS host {self.host}: {holder} refused: {other[0]} is in "
                                  f"progress; retry once it ends")
+            for m in [m for m, w in self._writing.items() if w.stage != "installed"]:
+                self._resolve_dead(m, None)  # a dead writer's staged version: discarded
             for m, w in self._writing.items():
                 raise StateError(f"GPS host {self.host}: {holder} refused: {w.describe(m)}; "
-                                 f"retry once it ends (or, if its writer died, discard it: "
-                                 f"GlobalParameterStorage.abort_write({m!r}, {w.version}))")
+                                 f"retry once it ends or its lease expires (or, if its "
+                                 f"writer died, GlobalParameterStorage.writer_lost("
+                                 f"{w.lease.holder!r}))")
             now = time.monotonic()
             self._lease = (holder, now, now + ttl_s)
 
