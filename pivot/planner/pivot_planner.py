@@ -14,10 +14,12 @@ import gin
 
 from pivot.config.validation import check_bool, check_range
 from pivot.planner.base import Planner
+from pivot.planner.blocks import check_blocks_fit
 from pivot.planner.candidates import candidate_set
 from pivot.planner.evaluate import IncrementalShiftDown, IncrementalShiftUp, overall_throughput
 from pivot.planner.plan import ShiftDown, ShiftPlan
-from pivot.planner.shift_pairs import (ShiftPair, choose_shift_up_role, prepare_shift_pairs,
+from pivot.planner.shift_pairs import (ShiftPair, choose_shift_up_role,
+                                       prepare_aligned_shift_pairs, prepare_shift_pairs,
                                        role_throughput)
 from pivot.scheduler import kernels
 from pivot.scheduler.throughput import BinaryThroughputModel, ThroughputModel
@@ -36,14 +38,25 @@ class PivotPlanner(Planner):
             next shift back from a loaded replica (a migration) as soon as its work
             arrives; on the local workload, where rollout's work comes in bursts each
             publish, 1 kept the planner from emptying rollout twice a step.
+        aligned_blocks: place every new inference replica of k devices on an aligned
+            block of one host (devices at places [j*k, (j+1)*k) within it, never across
+            hosts) and grow a role only onto blocks whose every device is freed
+            (``pivot.planner.blocks``, ``prepare_aligned_shift_pairs``). For GPUs, where a
+            replica's TP/EP groups are fixed when its engine starts (issue 15 item 2).
+            Off by default: the planner's plans are then exactly those it made before the
+            option existed (tests/planner/test_blocks.py holds their digest).
     """
 
     def __init__(self, rollout_model: ThroughputModel, reward_model: ThroughputModel,
-                 H: float = 60.0, migrate: bool = True, min_replicas: int = 0) -> None:
+                 H: float = 60.0, migrate: bool = True, min_replicas: int = 0,
+                 aligned_blocks: bool = False) -> None:
         super().__init__(rollout_model, reward_model)
         check_range("PivotPlanner.H", H, 0, open_lo=True, why="seconds a shift's gain lasts")
         check_bool("PivotPlanner.migrate", migrate)
         check_range("PivotPlanner.min_replicas", min_replicas, 0, integer=True)
+        check_bool("PivotPlanner.aligned_blocks", aligned_blocks)
+        self.aligned_blocks = aligned_blocks
+        self._fits_checked: tuple | None = None
         self.H = H
         self.migrate = migrate
         self.min_replicas = min_replicas
@@ -83,7 +96,11 @@ class PivotPlanner(Planner):
         up_load = snap.role_load(up)
         other = Role.REWARD if up is Role.ROLLOUT else Role.ROLLOUT
         down_load = snap.role_load(other)
-        pairs = prepare_shift_pairs(snap, up, self.models)
+        if self.aligned_blocks:
+            self._check_blocks_fit(snap)
+            pairs = prepare_aligned_shift_pairs(snap, up, self.models)
+        else:
+            pairs = prepare_shift_pairs(snap, up, self.models)
         if idle_only:
             pairs = [p for p in pairs if all(d.role is None for d in p.down)]
         if self.min_replicas:
@@ -130,6 +147,16 @@ class PivotPlanner(Planner):
         if plan is not None:
             plan.timings.update(self.last_timings)
         return plan
+
+    def _check_blocks_fit(self, snap: WorkloadSnapshot) -> None:
+        """ConfigError when a replica cannot fit one host (once per pool and sizes)."""
+        key = (snap.device_host, snap.rollout.replica_devices, snap.reward.replica_devices)
+        if key != self._fits_checked:
+            check_blocks_fit(snap.device_host,
+                             {r.value: snap.role_load(r).replica_devices
+                              for r in (Role.ROLLOUT, Role.REWARD)},
+                             "the replicas' ModelProfile.devices and the hosts' sizes")
+            self._fits_checked = key
 
     @staticmethod
     def _assemble(pairs: list[ShiftPair], choice) -> tuple[tuple[ShiftDown, ...],

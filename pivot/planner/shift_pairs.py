@@ -13,6 +13,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
+from pivot.planner.blocks import aligned_blocks
 from pivot.planner.plan import ShiftDown
 from pivot.scheduler.throughput import ThroughputModel
 from pivot.types import Role, RoleLoad, WorkloadSnapshot
@@ -126,4 +127,78 @@ def prepare_shift_pairs(snap: WorkloadSnapshot, up: Role,
             pairs.append(ShiftPair(tuple(ShiftDown(other, r.replica_id, r.devices)
                                          for r in chunk), tuple(groups), phi))
     pairs.sort(key=lambda p: p.penalty)  # stable: idle, training, then replicas by host
+    return pairs
+
+
+def prepare_aligned_shift_pairs(snap: WorkloadSnapshot, up: Role,
+                                models: dict[Role, ThroughputModel]) -> list[ShiftPair]:
+    """Step 2 under aligned blocks (issue 15 item 2, ``pivot.planner.blocks``): the new
+    replicas of ``up`` (``u`` devices each) go on aligned blocks of ``u`` only.
+
+    A block can be freed when each of its devices is idle, held by a replica of the other
+    inference role, or held by training that waits (not busy, batch not ready); a block
+    with a lost device, a device of ``up`` or of training that may not shift is never
+    used. Blocks that share a donor (a replica or training) must shift together, so a pair
+    is a connected set of freeable blocks: its donors are every replica and training that
+    hold a device in them (whole, as they shift whole; their devices outside the blocks
+    go idle), plus the idle devices in the blocks; phi is the donor replicas' sum, as in
+    ``prepare_shift_pairs``. Smaller replicas that free a non-aligned set therefore feed
+    no larger replica. Sorted by phi; among equal phi, idle-only pairs first, then
+    training's, then by host, throughput and replica id (with blocks of one device this
+    is ``prepare_shift_pairs``'s order and its pairs)."""
+    u = snap.role_load(up).replica_devices
+    other = Role.REWARD if up is Role.ROLLOUT else Role.ROLLOUT
+    down_load = snap.role_load(other)
+    model = models[other]
+    tr = snap.training
+    train_gives = bool(tr.devices) and not tr.busy and not tr.batch_ready
+    owner: dict[int, object] = {d: None for d in snap.idle_devices}   # None: idle
+    replica_of = {}
+    for r in down_load.replicas:
+        replica_of[r.replica_id] = r
+        owner.update({d: r.replica_id for d in r.devices})
+    if train_gives:
+        owner.update({d: Role.TRAINING for d in tr.devices})
+
+    blocks = [b for b in aligned_blocks(snap.device_host, u) if all(d in owner for d in b)]
+    # union-find over blocks: two blocks join when a donor holds devices in both
+    parent = list(range(len(blocks)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+    first_block: dict[object, int] = {}
+    for i, b in enumerate(blocks):
+        for d in b:
+            o = owner[d]
+            if o is None:
+                continue
+            j = first_block.setdefault(o, i)
+            parent[find(i)] = find(j)
+    comps: dict[int, list[int]] = defaultdict(list)
+    for i in range(len(blocks)):
+        comps[find(i)].append(i)
+
+    tput = {rid: model.throughput(r.num_seqs, r.num_tokens) for rid, r in replica_of.items()}
+    keyed = []
+    for members in comps.values():
+        groups = tuple(blocks[i] for i in members)
+        devs = [d for g in groups for d in g]
+        idle = tuple(sorted(d for d in devs if owner[d] is None))
+        donors = list(dict.fromkeys(owner[d] for d in devs if owner[d] is not None))
+        rids = sorted((o for o in donors if o is not Role.TRAINING),
+                      key=lambda rid: (tput[rid], rid))
+        down = ((ShiftDown(None, None, idle),) if idle else ()) + (
+            (ShiftDown(Role.TRAINING, None, tr.devices),) if Role.TRAINING in donors
+            else ()) + tuple(ShiftDown(other, rid, replica_of[rid].devices) for rid in rids)
+        phi = sum(down_load.tau_shift * tput[rid] for rid in rids)
+        kind = 0 if not donors else 1 if Role.TRAINING in donors else 2
+        order = (kind, snap.device_host[groups[0][0]], sum(tput[r] for r in rids),
+                 rids[0] if rids else "", members[0])
+        keyed.append((order, ShiftPair(down, groups, phi)))
+    keyed.sort(key=lambda x: x[0])
+    pairs = [p for _, p in keyed]
+    pairs.sort(key=lambda p: p.penalty)
     return pairs

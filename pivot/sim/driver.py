@@ -22,6 +22,7 @@ from pivot.config.validation import check, check_range
 from pivot.errors import ConfigError
 from pivot.planner.monitor import RoleShape, snapshot
 from pivot.planner.plan import ShiftDown, ShiftPlan
+from pivot.planner.blocks import check_blocks_fit, free_blocks
 from pivot.planner.shift_pairs import _host_groups
 from pivot.scheduler.scheduler import ShiftAwareScheduler
 from pivot.scheduler.throughput import BinaryThroughputModel
@@ -121,6 +122,10 @@ class SimDriver:
             self.planner.check_fits(g.devices, {r: g.devices // profiles[r].devices
                                                 for r in INFERENCE_ROLES},
                                     f"ModelGroup.devices={g.devices}")
+        if getattr(self.planner, "aligned_blocks", False):
+            check_blocks_fit(hosts, {r.value: profiles[r].devices for r in INFERENCE_ROLES},
+                             f"ModelProfile.devices, ModelGroup.devices_per_host="
+                             f"{g.devices_per_host}")
         if hasattr(self.planner, "bind"):
             self.planner.bind(self.workflow.oldest_rollout_done)
         self.shapes = {r: RoleShape(profiles[r].devices, profiles[r].kv_capacity(),
@@ -186,10 +191,17 @@ class SimDriver:
             free = free[:-self.train_needed]
             self.executor.execute(ShiftPlan(Role.TRAINING, (ShiftDown(None, None, devs),),
                                             (devs,), reason="provision"))
-        for role, count in zip(INFERENCE_ROLES, self.split):
+        aligned = getattr(self.planner, "aligned_blocks", False)
+        order = list(zip(INFERENCE_ROLES, self.split))
+        if aligned:  # larger replicas first, so smaller ones do not split their blocks
+            order.sort(key=lambda rc: -self.shapes[rc[0]].replica_devices)
+        for role, count in order:
             size = self.shapes[role].replica_devices
-            groups = _host_groups(free[:count], self.device_map.device_host, size,
-                                  g.devices_per_host)
+            if aligned:  # issue 15 item 2: whole aligned blocks of one host
+                groups = free_blocks(self.device_map.device_host, size, free)[:count // size]
+            else:
+                groups = _host_groups(free[:count], self.device_map.device_host, size,
+                                      g.devices_per_host)
             if groups:
                 used = {x for grp in groups for x in grp}
                 free = [x for x in free if x not in used]
