@@ -1,0 +1,120 @@
+"""Qwen2 / Qwen2.5 from torchtitan's Qwen3 blocks (issue 15, item 3; the paper's policies,
+sec. 8, table 1).
+
+torchtitan 0.3.0 ships Qwen3 but not Qwen2. A dense Qwen2 is a Qwen3 with three changes,
+all of which torchtitan's building blocks already express:
+
+* a bias on the q, k and v projections (the fused ``wqkv`` gets ``bias=True``; torchtitan's
+  fused-QKV save/load hooks split and merge biases like weights);
+* no per-head q/k RMSNorm (``qk_norm=None``);
+* ``head_dim = hidden_size / num_attention_heads`` (the config has no ``head_dim``);
+  tied embeddings for the small sizes and the RoPE theta come from the config as in Qwen3.
+
+So ``qwen2_model_config`` builds the Qwen3 config (``pivot.roles.titan.model``, SDPA
+inside) and switches those fields, and ``Qwen2StateDictAdapter`` is torchtitan's
+``Qwen3StateDictAdapter`` with the bias names added and the q/k norm names removed.
+``build_qwen2`` builds on the meta device, shards with FSDP2 when given a mesh, and only
+then allocates; each rank then fills its own shard (``pivot.roles.titan.hf_shards``).
+``Qwen2Shape`` and real configs (no weights) are in ``pivot.roles.titan.qwen2_config``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from torchtitan.models.qwen3 import Qwen3StateDictAdapter
+
+from pivot.roles.titan.qwen2_config import Qwen2Shape
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Qwen2Shape", "Qwen2StateDictAdapter", "build_qwen2", "fully_shard_blocks",
+           "qwen2_model_config", "state_dict_adapter"]
+
+
+def qwen2_model_config(shape: Qwen2Shape, max_seq_len: int | None = None):
+    """The torchtitan ``Qwen3Model.Config`` of a Qwen2: Qwen3 layers (SDPA inside) with a
+    q/k/v bias and no q/k norm.
+
+    Args:
+        shape: the HF fields.
+        max_seq_len: length of the RoPE cache; defaults to ``max_position_embeddings``.
+    """
+    from pivot.roles.titan.model import Qwen3Shape, qwen3_model_config
+
+    qwen3 = Qwen3Shape(**{f: getattr(shape, f) for f in Qwen3Shape.__dataclass_fields__})
+    config = qwen3_model_config(qwen3, max_seq_len)
+    for layer in config.layers:
+        layer.attention.qk_norm = None
+        # the fused init table already has a "bias" entry (zeros), like torchtitan's
+        layer.attention.qkv_linear.wqkv.bias = True
+    return config
+
+
+class Qwen2StateDictAdapter(Qwen3StateDictAdapter):
+    """torchtitan's ``Qwen3StateDictAdapter`` for Qwen2: ``to_hf`` / ``from_hf`` between
+    torchtitan names (split ``wq``/``wk``/``wv``, as ``model.state_dict()`` gives them) and
+    HF names, with the q/k/v biases added and the q/k norms removed."""
+
+    def __init__(self, model_config, hf_assets_path: str | None = None):
+        super().__init__(model_config, hf_assets_path)
+        for norm in ("q_norm", "k_norm"):
+            del self.from_hf_map[f"model.layers.{{}}.self_attn.{norm}.weight"]
+        for hf, titan in (("q_proj", "wq"), ("k_proj", "wk"), ("v_proj", "wv")):
+            self.from_hf_map[f"model.layers.{{}}.self_attn.{hf}.bias"] = \
+                f"layers.{{}}.attention.qkv_linear.{titan}.bias"
+
+
+def state_dict_adapter(model_config):
+    """The HF <-> torchtitan converter for a model built by ``qwen2_model_config``."""
+    return Qwen2StateDictAdapter(model_config, None)
+
+
+def fully_shard_blocks(model: torch.nn.Module, mesh, mp_policy=None,
+                       reshard_after_forward: bool = True) -> None:
+    """FSDP2 per transformer block and at the root over ``mesh`` (1-D).
+
+    On gloo also makes every FSDP module reduce by plain SUM (gloo has no PREMUL_SUM or
+    AVG): the caller then normalises the loss by the global token count.
+    """
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+
+    from pivot.compat.torchtitan import sum_reduction_over_gloo, use_partial_dtensor
+
+    use_partial_dtensor()
+    kw = {"mesh": mesh, "reshard_after_forward": reshard_after_forward}
+    if mp_policy is not None:
+        kw["mp_policy"] = mp_policy
+    for block in model.layers.values():
+        fully_shard(block, **kw)
+    fully_shard(model, **kw)
+    if dist.get_backend(mesh.get_group(0)) == "gloo":
+        sum_reduction_over_gloo(model)
+
+
+def build_qwen2(model_config, *, device: str | torch.device = "cpu", seed: int = 0,
+                mesh=None, mp_policy=None) -> torch.nn.Module:
+    """Builds on the meta device, shards with FSDP2 over ``mesh`` (if given), then
+    allocates on ``device`` and initialises (random weights from ``seed``, RoPE buffers).
+
+    Nothing full-size is ever allocated on a rank: with a mesh each rank holds its dim-0
+    chunk of every parameter; fill it with ``hf_shards.load_hf_shards``.
+    """
+    device = torch.device(device)
+    with torch.device("meta"):
+        model = model_config.build()
+    if mesh is not None:
+        fully_shard_blocks(model, mesh, mp_policy)
+    model.to_empty(device=device)
+    rng_devices = [] if device.type == "cpu" else [device.index or 0]
+    with torch.random.fork_rng(devices=rng_devices,
+                               device_type="cuda" if device.type == "cpu" else device.type):
+        torch.manual_seed(seed)
+        model.init_states(buffer_device=device)
+    n = sum(p.numel() for p in model.parameters())
+    logger.info("built torchtitan Qwen2 on %s: %d layers, dim %d, %.2fM parameters%s",
+                device, len(model.layers), model_config.dim, n / 1e6,
+                " (FSDP2)" if mesh is not None else "")
+    return model
