@@ -20,11 +20,13 @@ then allocates; each rank then fills its own shard (``pivot.roles.titan.hf_shard
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import torch
 from torchtitan.models.qwen3 import Qwen3StateDictAdapter
 
+from pivot.roles.titan.model import Qwen3Shape, qwen3_model_config
 from pivot.roles.titan.qwen2_config import Qwen2Shape
 
 logger = logging.getLogger(__name__)
@@ -41,13 +43,11 @@ def qwen2_model_config(shape: Qwen2Shape, max_seq_len: int | None = None):
         shape: the HF fields.
         max_seq_len: length of the RoPE cache; defaults to ``max_position_embeddings``.
     """
-    from pivot.roles.titan.model import Qwen3Shape, qwen3_model_config
-
-    qwen3 = Qwen3Shape(**{f: getattr(shape, f) for f in Qwen3Shape.__dataclass_fields__})
-    config = qwen3_model_config(qwen3, max_seq_len)
+    config = qwen3_model_config(Qwen3Shape(**dataclasses.asdict(shape)), max_seq_len)
     for layer in config.layers:
         layer.attention.qk_norm = None
-        # the fused init table already has a "bias" entry (zeros), like torchtitan's
+        # the fused wqkv's init table has a "bias" entry already (zeros, from Qwen3's
+        # linear init), so the bias is initialised like the weight, per q/k/v slice
         layer.attention.qkv_linear.wqkv.bias = True
     return config
 
