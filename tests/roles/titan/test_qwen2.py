@@ -12,9 +12,7 @@ import torch
 from pivot.errors import ConfigError, StateError
 from pivot.losses.grpo import token_logprobs
 from pivot.roles.titan.hf_shards import (
-    RowSegment,
     StateDictRows,
-    fused_qkv_segments,
     hf_shapes,
     hf_shards,
     load_hf_shards,
@@ -121,35 +119,6 @@ def test_a_checkpoint_of_another_shape_is_refused():
     config = qwen2_model_config(Qwen2Shape.from_hf(hf.config.to_dict()))
     with pytest.raises(StateError, match="no 'model.layers.1.self_attn.k_proj.bias'"):
         load_hf_shards(build_qwen2(config), state_dict_adapter(config), StateDictRows(sd))
-
-
-@pytest.mark.parametrize("n_kv,hpk,hd", [(2, 2, 4), (1, 3, 2), (4, 1, 3), (3, 7, 5)])
-def test_fused_rows_map_to_q_k_v_rows_for_every_shard(n_kv, hpk, hd):
-    """Every row range of a fused wqkv, as FSDP2 shards it over 1-5 ranks, maps to the
-    q/k/v rows that torchtitan's merge hook (``FusedQKVLinear._merge_qkv_on_load``) puts
-    there."""
-    dim = 3
-    q = torch.randn(n_kv * hpk * hd, dim)
-    k, v = torch.randn(n_kv * hd, dim), torch.randn(n_kv * hd, dim)
-    fused = torch.cat([q.view(n_kv, hpk, hd, dim), k.view(n_kv, 1, hd, dim),
-                       v.view(n_kv, 1, hd, dim)], dim=1).reshape(-1, dim)
-    mod = type("Fused", (), {"head_dim": hd, "heads_per_kv": hpk, "r_dim": hpk + 2})()
-    src = {"q": q, "k": k, "v": v}
-    n = fused.shape[0]
-    for world in range(1, 6):
-        per = -(-n // world)
-        for r in range(world):
-            start, stop = min(r * per, n), min(r * per + per, n)
-            segs = fused_qkv_segments(mod, ("q", "k", "v"), start, stop)
-            local = torch.full((stop - start, dim), float("nan"))
-            for s in segs:
-                local[s.dst:s.dst + s.rows] = src[s.hf_name][s.src:s.src + s.rows]
-            assert torch.equal(local, fused[start:stop])
-            assert sum(s.rows for s in segs) == stop - start
-    # runs of one tensor are merged: a whole KV group of queries is one segment
-    assert fused_qkv_segments(mod, ("q", "k", "v"), 0, (hpk + 2) * hd) == [
-        RowSegment("q", 0, 0, hpk * hd), RowSegment("k", 0, hpk * hd, hd),
-        RowSegment("v", 0, (hpk + 1) * hd, hd)]
 
 
 @pytest.mark.parametrize("size", sorted(QWEN2_5))
