@@ -24,7 +24,11 @@ Modules: ``layout`` (P and the GPS layout), ``plan`` (refinement, greedy plan, c
 ``storage`` (one host's versioned store), ``transport`` (shm / Monarch / NIXL paths),
 ``actor`` (the per-host Monarch actor and the client), ``recovery`` (rebuilding a lost
 host from its replicas, peer to peer, or a checkpoint: ``gps.rebuild(host, fresh_store,
-checkpoints=)``; a rebuild and a Write exclude each other).
+checkpoints=)``; a rebuild and a Write exclude each other), ``lease`` (a Write's lease: a
+dead writer's half-written version is discarded by the next Write once it expires, or at
+once by ``gps.writer_lost(holder)``), ``checkpoint`` (every host loads its own shards of a
+HF folder: ``gps.load_checkpoint(model, folder)``), ``hosts`` (one GPSActor per host of a
+Monarch job: ``HostJob(kind, hosts).start()``, ``spawn_gps(mesh, storage, models)``).
 """
 
 from pivot.gps.layout import (ModelMeta, ParallelLayout, ParamMeta, StorageLayout,

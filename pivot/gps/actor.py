@@ -74,6 +74,14 @@ class GPSActor(Actor):
         return self.store.writer_lost(holder)
 
     @endpoint
+    def load_shards(self, model: str, version: int, folder: str) -> int:
+        """Fills a staged version with this host's shards read from a HF checkpoint folder
+        (:func:`pivot.gps.checkpoint.fill_host`); returns the bytes read."""
+        from pivot.gps.checkpoint import fill_host
+
+        return fill_host(self.store, model, version, folder)
+
+    @endpoint
     def put(self, model: str, version: int, items: list) -> None:
         self.store.put(model, version, items)
 
@@ -148,7 +156,7 @@ class GPSActor(Actor):
 HOST_OPS = ("begin_write", "put", "commit", "prepare", "install", "publish", "discard",
             "abort", "latest", "acquire", "release", "get", "versions", "close",
             "nixl_expose", "checksums", "lease", "end_lease", "writing", "pull", "renew",
-            "writer_lost")
+            "writer_lost", "load_shards")
 """The operations a host handle forwards (:class:`ActorHost`; the in-process stand-in
 ``pivot.testing.gps.LocalHost`` for tests and benchmarks)."""
 
@@ -474,6 +482,13 @@ class GlobalParameterStorage:
             raise ConfigError(f"GPS holds no model {model!r}")
         layout = ParallelLayout.create(meta, dp=1, tp=1, pp=1)
         return self.write(model, (device,), layout, {device: state}, _initial=True)
+
+    def load_checkpoint(self, model: str, folder: str) -> int:
+        """Installs a HF checkpoint folder as the next version of ``model``, each host
+        reading only its own shards (:func:`pivot.gps.checkpoint.load_checkpoint`)."""
+        from pivot.gps.checkpoint import load_checkpoint
+
+        return load_checkpoint(self, model, folder)[0]
 
     def rebuild(self, host: int, replacement: Any, **kwargs: Any) -> RebuildReport:
         """Rebuilds lost host ``host`` into ``replacement`` from its surviving replicas or a

@@ -45,6 +45,11 @@ class LocalHost:
             self.peers = PeerTransports()
         return pull_shards(self.store, model, version, sources, self.peers, verify)
 
+    def load_shards(self, model: str, version: int, folder: str) -> int:
+        from pivot.gps.checkpoint import fill_host
+
+        return fill_host(self.store, model, version, folder)
+
     def nixl_expose(self, model: str, version: int, staged: bool = False):
         self._nixl = nixl_expose(self.store, self._nixl, model, version, staged)
         return self._nixl[1]

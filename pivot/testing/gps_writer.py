@@ -69,3 +69,47 @@ class GPSWriter(Actor):
         self._thread = threading.Thread(
             target=self.gps.write, args=(model, devices, layout, states), daemon=True)
         self._thread.start()
+
+
+class GPSUser(Actor):
+    """A GPS client on a proc of some host (a trainer or a rollout slot, standing in):
+    timed Write and Read through its own transports."""
+
+    def __init__(self, gps_actors: Sequence[Any], models: Mapping[str, ModelMeta],
+                 storage: StorageLayout, device_host: Sequence[int]) -> None:
+        hosts = [ActorHost(i, a) for i, a in enumerate(gps_actors)]
+        self.gps = GlobalParameterStorage(hosts, models, storage, device_host)
+
+    @endpoint
+    def where(self) -> str:
+        """The host process this proc runs under (``ProcessJob`` names it)."""
+        return os.environ.get("HYPERACTOR_PROCESS_NAME", "?")
+
+    @endpoint
+    def write_folder(self, model: str, device: int, folder: str) -> tuple[int, int, float, dict]:
+        """Writes a HF checkpoint folder's tensors as device ``device`` (TP 1); returns
+        (version, bytes, seconds of the Write, transport name per link)."""
+        from safetensors.torch import load_file
+
+        from pivot.gps.checkpoint import _files
+
+        state = {}
+        for f in _files(Path(folder)):
+            state.update(load_file(str(f)))
+        layout = ParallelLayout.create(self.gps.models[model], dp=1, tp=1, pp=1)
+        t0 = time.perf_counter()
+        v = self.gps.write(model, (device,), layout, {device: state})
+        dt = time.perf_counter() - t0
+        return v, sum(t.nbytes for t in state.values()), dt, self._names()
+
+    @endpoint
+    def read(self, model: str, device: int) -> tuple[dict, float, dict]:
+        """Reads the latest ``model`` as device ``device`` (TP 1); returns (tensors,
+        seconds of the Read, transport name per link)."""
+        layout = ParallelLayout.create(self.gps.models[model], dp=1, tp=1, pp=1)
+        t0 = time.perf_counter()
+        out = self.gps.read(model, (device,), layout)[device]
+        return out, time.perf_counter() - t0, self._names()
+
+    def _names(self) -> dict:
+        return {link.name: t.name for link, t in self.gps.transports.items()}
