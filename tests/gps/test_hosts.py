@@ -20,10 +20,18 @@ def test_an_unknown_job_kind_or_host_count_is_a_config_error():
 
 
 @pytest.mark.skipif(shutil.which("sbatch") is not None, reason="a SLURM machine")
-def test_slurm_without_sbatch_says_it_needs_a_cluster():
+def test_slurm_chosen_in_gin_without_sbatch_says_it_needs_a_cluster():
+    import gin
+
+    gin.parse_config("HostJob.kind = 'slurm'\nHostJob.hosts = 4")
+    try:
+        job = HostJob()
+    finally:
+        gin.clear_config()
+    assert (job.kind, job.hosts) == ("slurm", 4)
     with pytest.raises(ConfigError, match="no sbatch on this machine; a SLURM job needs a "
                                           "cluster"):
-        HostJob("slurm").start()
+        job.start()
 
 
 def test_kubernetes_without_its_package_says_so():

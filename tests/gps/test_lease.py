@@ -110,9 +110,10 @@ def two():
 
 
 def client(stores, storage, gps, ttl):
+    """Another client of the same hosts (ttl None: the lease from gin)."""
     return GlobalParameterStorage([LocalHost(s) for s in stores], SMALL_MODELS, storage,
                                   DEVICE_HOST, transports=dict(gps.transports),
-                                  lease=WriteLeaseConfig(ttl))
+                                  lease=None if ttl is None else WriteLeaseConfig(ttl))
 
 
 def values(gps):
@@ -197,4 +198,20 @@ def test_a_writer_renews_its_lease_while_its_write_runs_longer_than_the_lease(tw
             gps.write("policy", (0,), FULL, {0: constant(6)})
         assert fut.result(timeout=30) == 1
     assert time.monotonic() - t0 > 0.5 and values(gps) == {5.0}
+    w.close()
+
+
+def test_the_lease_comes_from_gin_and_reaches_every_host(two):
+    import gin
+
+    gps, stores, storage = two
+    gin.parse_config("WriteLeaseConfig.ttl_s = 5.0")
+    try:
+        w = client(stores, storage, gps, None)
+    finally:
+        gin.clear_config()
+    assert w.lease.ttl_s == 5.0 and gps.lease.ttl_s == 60.0
+    for s in stores:
+        s.begin_write("policy", 1, holder=w.holder, ttl_s=w.lease.ttl_s, published=0)
+        assert s._writing["policy"].lease.ttl_s == 5.0
     w.close()
