@@ -229,13 +229,16 @@ class GlobalParameterStorage:
         transports: the transport per link type (default: :func:`default_transports`).
         lease: the write lease of this client's Writes (default: gin's
             :class:`~pivot.gps.lease.WriteLeaseConfig`).
+        holder: this client's id on the leases (default: unique per client). A stable id
+            (e.g. per trainer slot) lets a restarted writer supersede its own dead Write at
+            once; two live clients must never share one.
     """
 
     def __init__(self, hosts: Sequence[Any], models: Mapping[str, ModelMeta],
                  storage: StorageLayout, device_host: Sequence[int],
                  links: LinkProfile = LinkProfile(),
                  transports: Mapping[Link, Transport] | None = None,
-                 lease: WriteLeaseConfig | None = None) -> None:
+                 lease: WriteLeaseConfig | None = None, holder: str | None = None) -> None:
         if len(hosts) != storage.hosts:
             raise ConfigError(f"GlobalParameterStorage: {len(hosts)} host handles for a GPS "
                               f"layout of {storage.hosts} hosts; pass one per host")
@@ -250,7 +253,8 @@ class GlobalParameterStorage:
         """Held by a Write and a rebuild of this client: one waits for the other (other
         clients are excluded by the hosts themselves, see :meth:`HostStore.lease`)."""
         self.lease = lease if lease is not None else WriteLeaseConfig()
-        self.holder = f"gps-writer-{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.holder = holder or (f"gps-writer-{os.uname().nodename}-{os.getpid()}-"
+                                 f"{uuid.uuid4().hex[:6]}")
         """This client's id on the hosts' write leases (see :meth:`writer_lost`)."""
 
     # --- Read ----------------------------------------------------------------------------

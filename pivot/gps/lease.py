@@ -15,7 +15,9 @@ resolves the dead one first (:func:`resolve`):
   published version it saw), it is rolled forward (published here too); otherwise no
   host published it and it is discarded.
 
-The last committed version stays readable throughout: a Read pins a published version and
+A writer that restarts under the same holder id (``GlobalParameterStorage(holder=)``, e.g.
+one per trainer slot) resolves its own dead Write at once. The last committed version
+stays readable throughout: a Read pins a published version and
 never sees a staged one. The fast path: Monarch supervision reports a dead proc to the
 *owner* of its mesh, never to an actor the dead process only called (torchmonarch 0.7.0,
 ``Actor.__supervise__``: "a failure in a resource that it owns"), so a GPS actor cannot
@@ -133,19 +135,22 @@ STAGES = ("staged", "prepared", "installed")
 
 
 def resolve(lease: WriteLease | None, stage: str | None, now: float,
-            published: int | None) -> Resolution:
+            published: int | None, holder: str = "") -> Resolution:
     """The fate of the Write in progress (``lease``, at ``stage``) when a new one begins.
 
     Args:
         published: the highest version of the model any host has published, as the new
             writer saw it (None: it knows of none).
+        holder: the new writer's id. The same non-empty id as the lease's is a writer that
+            restarted (one client runs one Write at a time): its earlier Write is dead and
+            is resolved at once, as if its lease had expired.
     """
     if lease is None:
         return Resolution.NONE
     if stage not in STAGES:
         raise StateError(f"write of v{lease.version} at unknown stage {stage!r}; "
                          f"expected one of {STAGES}")
-    if not expired(lease, now):
+    if not expired(lease, now) and not (holder and holder == lease.holder):
         return Resolution.REFUSE
     if stage == "installed" and published == lease.version:
         return Resolution.ROLL_FORWARD

@@ -31,7 +31,7 @@ import threading
 import time
 import uuid
 import weakref
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -117,6 +117,11 @@ class _Write:
                 f"lease expires in {max(0.0, remaining(self.lease, now)):.1f} s)")
 
 
+def _renewed(w: _Write) -> None:
+    """A step of the Write reached the host: its lease starts again (implicit renewal)."""
+    w.lease = renew_lease(w.lease, w.lease.holder, w.version, time.monotonic())
+
+
 class HostStore:
     """The parameters one host holds, by model and version.
 
@@ -191,7 +196,7 @@ class HostStore:
         """
         self._model(model)
         with self._lock:
-            self._resolve_dead(model, published)
+            self._resolve_dead(model, published, holder)
             latest = self._latest.get(model)
             if model == GENRM and not (initial and latest is None):
                 raise StateError(f"Write(M={GENRM!r}) is not allowed: the GenRM is frozen "
@@ -245,16 +250,19 @@ class HostStore:
             self._staged[(model, version)] = _Version(man, arena, man.views(arena))
         return man
 
-    def _resolve_dead(self, model: str, published: int | None) -> None:
-        """Discards or rolls forward the Write of ``model`` whose lease expired (lock held)."""
+    def _resolve_dead(self, model: str, published: int | None, holder: str = "") -> None:
+        """Discards or rolls forward the Write of ``model`` whose lease expired, or whose
+        holder is writing again (lock held)."""
         w = self._writing.get(model)
         if w is None:
             return
-        res = resolve(w.lease, w.stage, time.monotonic(), published)
+        res = resolve(w.lease, w.stage, time.monotonic(), published, holder)
         if res in (Resolution.NONE, Resolution.REFUSE):
             return
-        logger.warning("GPS host %d: the lease of %s's Write of %s v%d expired (%s): %s",
+        logger.warning("GPS host %d: %s's Write of %s v%d is dead (%s, %s): %s",
                        self.host, w.lease.holder, model, w.version, w.stage,
+                       "its holder writes again" if holder == w.lease.holder else
+                       "lease expired",
                        "rolled forward (published elsewhere)" if res is Resolution.ROLL_FORWARD
                        else "discarded")
         del self._writing[model]
@@ -277,7 +285,7 @@ class HostStore:
         with self._lock:
             w = self._writing.get(model)
             if w is not None and w.version == version:
-                w.lease = replace(w.lease, renewed=max(time.monotonic(), w.lease.renewed))
+                _renewed(w)
 
     def renew(self, model: str, version: int, holder: str) -> None:
         """Renews ``holder``'s lease on its Write of ``version``; StateError if it lost it."""
@@ -327,7 +335,7 @@ class HostStore:
         with self._lock:
             w = self._writing[model]
             w.stage = "prepared"
-            w.lease = replace(w.lease, renewed=max(time.monotonic(), w.lease.renewed))
+            _renewed(w)
 
     def install(self, model: str, version: int) -> None:
         """Phase 2: stores a prepared version; Reads of the latest do not see it yet."""
@@ -335,7 +343,7 @@ class HostStore:
             w = self._write_in(model, version, "prepared", "install")
             self._versions[model][version] = self._staged.pop((model, version))
             w.stage = "installed"
-            w.lease = replace(w.lease, renewed=max(time.monotonic(), w.lease.renewed))
+            _renewed(w)
 
     def publish(self, model: str, version: int) -> None:
         """Phase 3: makes an installed version the latest; older unpinned ones are dropped."""

@@ -76,6 +76,13 @@ def test_resolve_refuses_live_writes_and_rolls_forward_only_what_another_host_pu
     else:
         assert got is Resolution.DISCARD  # nobody can have published a staged version
     assert resolve(None, None, now, published) is Resolution.NONE
+    # the same writer writing again (restarted): its earlier Write is dead, lease or not
+    again = resolve(lease, stage, now, published, holder="w")
+    assert again is (Resolution.ROLL_FORWARD if stage == "installed" and published == 5
+                     else Resolution.DISCARD)
+    assert resolve(lease, stage, now, published, holder="z") is got
+    assert resolve(open_lease("", 5, ttl, t0), stage, t0, published, holder="") \
+        is Resolution.REFUSE  # no id: never taken for a restart
 
 
 def test_due_asks_for_a_renewal_every_quarter_lease():
@@ -174,6 +181,18 @@ def test_writer_lost_ends_the_lease_at_once_and_a_slow_writer_is_fenced_off(two)
         stores[1].put("policy", 1, [])
     assert gps.write("policy", (0,), FULL, {0: constant(4)}) == 1 and values(gps) == {4.0}
     slow.close()
+
+
+def test_a_writer_restarted_under_the_same_id_supersedes_its_dead_write_at_once(two):
+    gps, stores, storage = two
+    stop_mid_write(stores, "trainer-0", 3600.0, "staged")
+    again = GlobalParameterStorage([LocalHost(s) for s in stores], SMALL_MODELS, storage,
+                                   DEVICE_HOST, transports=dict(gps.transports),
+                                   holder="trainer-0")
+    with pytest.raises(StateError, match="in progress"):  # another id must wait
+        gps.write("policy", (0,), FULL, {0: constant(2)})
+    assert again.write("policy", (0,), FULL, {0: constant(7)}) == 1 and values(gps) == {7.0}
+    again.close()
 
 
 def test_a_writer_renews_its_lease_while_its_write_runs_longer_than_the_lease(two):
