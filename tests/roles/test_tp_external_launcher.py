@@ -1,0 +1,107 @@
+"""A TP=2 replica through vLLM's ``external_launcher`` over gloo (issue 15 item 6): two rank
+processes, rank 0 alone holding the requests and broadcasting each step's decisions, give
+the same greedy tokens as one TP=1 engine, request for request (``pivot.roles.engine.tp``)."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from pivot.errors import ConfigError
+from pivot.roles.engine.tp import StepDecision, check_tp_size, demo_script, torchrun_env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(args: list[str], world_size: int, timeout: float) -> None:
+    """Starts ``python args...`` once per rank with torchrun's variables and waits."""
+    port = free_port()
+    procs = []
+    for rank in range(world_size):
+        env = dict(os.environ, **torchrun_env(rank, world_size, "127.0.0.1", port))
+        procs.append(subprocess.Popen([sys.executable, *args], env=env, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=timeout)[0])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for rank, (p, out) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0, f"rank {rank} exited {p.returncode}:\n{out[-3000:]}"
+
+
+def test_torchrun_env_names_every_variable_external_launcher_reads():
+    env = torchrun_env(1, 2, "10.0.0.5", 29500)
+    assert env["RANK"] == "1" and env["LOCAL_RANK"] == "1" and env["WORLD_SIZE"] == "2"
+    assert env["MASTER_ADDR"] == "10.0.0.5" and env["MASTER_PORT"] == "29500"
+    with pytest.raises(ConfigError, match="outside a world of 2"):
+        torchrun_env(2, 2, "a", 1)
+
+
+def test_tp_size_must_split_the_heads(tiny_model):
+    check_tp_size(tiny_model, 2)           # 4 heads, 2 KV heads
+    check_tp_size(tiny_model, 4)           # KV heads replicated
+    with pytest.raises(ConfigError, match="tensor_parallel_size=3"):
+        check_tp_size(tiny_model, 3)
+
+
+def test_rank_zero_decisions_reach_every_rank_over_gloo(tmp_path):
+    # the broadcast alone, without vLLM: rank 1 holds no script and must end with rank 0's
+    code = textwrap.dedent(f"""
+        import json, os, torch.distributed as dist
+        from pivot.roles.engine.tp import StepDecision, broadcast_decision, demo_script
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+        script = demo_script() if rank == 0 else None
+        seen = []
+        for step in range(8):
+            mine = script.get(step, StepDecision()) if rank == 0 else None
+            d = broadcast_decision(mine)
+            seen.append([[a.request_id for a in d.adds], list(d.aborts)])
+        json.dump(seen, open(os.path.join({str(tmp_path)!r}, f"seen{{rank}}.json"), "w"))
+        dist.destroy_process_group()
+    """)
+    run_ranks(["-c", code], 2, timeout=120)
+    seen = [json.loads((tmp_path / f"seen{r}.json").read_text()) for r in (0, 1)]
+    script = demo_script()
+    want = [[[a.request_id for a in script.get(s, StepDecision()).adds],
+             list(script.get(s, StepDecision()).aborts)] for s in range(8)]
+    assert seen[0] == seen[1] == want
+    assert want[3][0] == ["r2", "r3"] and want[6][1] == ["r1"]
+
+
+def run_engine_ranks(model: str, tp: int, stem) -> list[dict]:
+    """Runs ``tp`` rank processes of ``pivot.roles.engine.tp.main`` (rank 0 holds
+    ``demo_script``); rank r writes and returns ``{stem}_{r}.json``."""
+    code = textwrap.dedent(f"""
+        import os
+        from pivot.roles.engine.tp import main
+        main([{model!r}, "{tp}", f"{stem}_{{os.environ['RANK']}}.json"])
+    """)
+    run_ranks(["-c", code], tp, timeout=600)
+    return [json.loads(open(f"{stem}_{r}.json").read()) for r in range(tp)]
+
+
+@pytest.mark.engine
+@pytest.mark.slow
+def test_tp2_replica_matches_tp1_greedy(tiny_model, tmp_path):
+    # one TP=2 pair (2 engines), then one TP=1 engine: about 35 s on 2 idle cores
+    r0, r1 = run_engine_ranks(tiny_model, 2, tmp_path / "tp2")
+    (tp1,) = run_engine_ranks(tiny_model, 1, tmp_path / "tp1")
+    assert r0["tp"] == r1["tp"] == 2 and tp1["tp"] == 1
+    assert r0["tokens"] == r1["tokens"] == tp1["tokens"]
+    assert r0["finished"] == r1["finished"] == tp1["finished"] == ["r0", "r2", "r3"]
+    assert 0 < len(tp1["tokens"]["r1"]) < 24 == len(tp1["tokens"]["r0"])   # r1 aborted
+    assert len({tuple(t) for t in tp1["tokens"].values()}) == 4             # all differ
+    assert r0["engine_steps"] == r1["engine_steps"] == tp1["engine_steps"]
