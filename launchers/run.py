@@ -45,15 +45,17 @@ def main(argv: list[str] | None = None) -> int:
     console.setup_logging(verbose=a.verbose)
     files = a.gin or DEFAULT_GIN
     os.chdir(REPO_ROOT)
+    origin = gin_setup.driver_origin(files, a.gin_param)
     try:
         gin_setup.parse(files, a.gin_param)
         driver = gin_setup.build()
     except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {e}\n  (gin files: {' '.join(files)}; run.driver = {origin[0]} from "
+              f"{origin[1]})", file=sys.stderr)
         return 2
     run_dir = Path(a.run_dir or f"runs/{driver.group.name}_{driver.dep.name}_s{driver.seed}")
     return console.run_and_report(driver, files, run_dir, verbose=a.verbose,
-                                  progress=not a.no_progress)
+                                  progress=not a.no_progress, origin=origin)
 
 
 if __name__ == "__main__":

@@ -117,21 +117,17 @@ def session(run_dir: Path, verbose: bool = False) -> Iterator[Console]:
         terminal.close()
 
 
-def log_no_gpu(driver: str) -> None:
-    """Says plainly which driver runs when the machine has no GPU."""
-    try:
-        import torch
-        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except ImportError:
-        gpus = 0
-    if gpus == 0 and driver == "LocalDriver":
-        log.info("driver: local (no GPU here): real engines on the CPU, Monarch procs stand "
-                 "in for devices")
-    elif gpus == 0:
-        log.info("driver: sim (%s, no GPU here): a discrete-event simulation of the cluster "
-                 "in virtual time", driver)
-    else:
-        log.info("%d GPUs found; driver %s", gpus, driver)
+def driver_line(driver: Any, origin: tuple[str, str] | None = None) -> str:
+    """Which driver runs, on what, and why (the binding that chose it; issue 15, item 1)."""
+    why = f" ({origin[0]} from {origin[1]})" if origin else ""
+    backend = getattr(getattr(driver, "group", None), "backend", None)
+    if backend is None:
+        return (f"driver: sim, a discrete-event simulation of the cluster in virtual "
+                f"time{why}; real engines: add --gin gin/backends/cuda.gin")
+    where = ("GPU slots" if backend.kind == "cuda" else
+             "CPU slots capped by cgroup quotas (Monarch procs stand in for devices)")
+    return (f"driver: local on the {backend.kind} backend, real engines and trainer on "
+            f"{driver.group.devices} {where} over {backend.hosts} host(s){why}")
 
 
 @contextlib.contextmanager
@@ -196,7 +192,7 @@ def summary_rows(out: dict[str, Any], run_dir: Path) -> list[tuple[str, Any]]:
 
 
 def run_and_report(driver: Any, files: Sequence[str], run_dir: Path, verbose: bool = False,
-                   progress: bool = True) -> int:
+                   progress: bool = True, origin: tuple[str, str] | None = None) -> int:
     """Runs a built driver inside a console ``session``: the lines that matter, a progress
     bar, result.json, operative_config.gin, wandb, and the summary table. Returns the exit
     code (2 for a ConfigError raised by the run)."""
@@ -207,7 +203,7 @@ def run_and_report(driver: Any, files: Sequence[str], run_dir: Path, verbose: bo
     from pivot.errors import ConfigError
 
     with session(run_dir, verbose=verbose) as con:
-        log_no_gpu(type(driver).__name__)
+        con.line(driver_line(driver, origin))
         con.line(f"config: {' '.join(files)}; model group {driver.group.name}, deployment "
                  f"{driver.dep.name}, {driver.steps} steps, seed {driver.seed}")
         models = [f"{k} {getattr(driver.group, k + '_dir')}" for k in ("policy", "genrm")

@@ -7,6 +7,7 @@ work, with the file and binding in the message and the fix.
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import gin
@@ -21,6 +22,9 @@ def register() -> None:
     import pivot.planner  # noqa: F401  (PivotPlanner, NoShiftPlanner, ...)
     import pivot.sim  # noqa: F401
     import pivot.local.driver  # noqa: F401  (LocalDriver, LocalGroup, PromptStream, LoopConfig)
+    import pivot.local.model_groups  # noqa: F401  (cluster_group, cluster_stream)
+    import pivot.runtime.backend  # noqa: F401  (Backend)
+    import pivot.gps  # noqa: F401  (GPS settings, e.g. the write lease)
     import pivot.reliability.injectors  # noqa: F401  (forced_shift_planner)
     import pivot.reliability.local_checks  # noqa: F401  (LocalChecker)
 
@@ -59,3 +63,32 @@ def build() -> object:
     except (ValueError, TypeError) as e:
         raise ConfigError(f"building the driver failed: {e}. Check the gin bindings it "
                           f"names") from None
+
+
+_INCLUDE = re.compile(r"^\s*include\s+['\"](.+?)['\"]")
+_DRIVER = re.compile(r"^\s*run\.driver\s*=\s*(\S+)")
+
+
+def driver_origin(gin_files: list[str], bindings: list[str]) -> tuple[str, str]:
+    """Where ``run.driver`` was bound: ``(value, source)`` of the binding that wins (the
+    last one, following ``include`` in place, then ``--gin_param``), for the console line
+    that says which driver runs and why (issue 15, item 1). ``("?", "nowhere")`` if none."""
+    found = ("?", "nowhere")
+
+    def walk(path: str, seen: tuple[str, ...]) -> None:
+        nonlocal found
+        if path in seen or not Path(path).is_file():
+            return
+        for line in Path(path).read_text().splitlines():
+            line = line.split("#", 1)[0]
+            if m := _INCLUDE.match(line):
+                walk(m.group(1), seen + (path,))
+            elif m := _DRIVER.match(line):
+                found = (m.group(1), path)
+
+    for f in gin_files:
+        walk(f, ())
+    for b in bindings:
+        if m := _DRIVER.match(b):
+            found = (m.group(1), "--gin_param")
+    return found

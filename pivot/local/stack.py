@@ -62,15 +62,16 @@ class LocalStack:
         """What a run must share with the stack to reuse it (the run's sampling seed and
         generation lengths may differ: they are per request)."""
         g = self.group
-        return (g.devices, g.policy_dir, g.genrm_dir, g.num_blocks, self.lr, self.cpu_share)
+        return (g.devices, g.policy_dir, g.genrm_dir, g.num_blocks, self.lr, self.cpu_share,
+                g.backend, g.load_format)
 
     def fits(self, group: LocalGroup, lr: float, cpu_share: float) -> None:
         """Raises ConfigError unless a run with these settings can reuse the stack."""
         want = LocalStack(group, self.seed, lr, cpu_share).key()
         if want != self.key():
             raise ConfigError(f"LocalStack: a run with (devices, policy, genrm, num_blocks, "
-                              f"lr, cpu_share)={want} cannot reuse the stack started with "
-                              f"{self.key()}")
+                              f"lr, cpu_share, backend, load_format)={want} cannot reuse "
+                              f"the stack started with {self.key()}")
 
     @property
     def started(self) -> bool:
@@ -114,7 +115,8 @@ class LocalStack:
         # one engine per model per slot, each configured from its own folder (sec. 5.2)
         self.engine_configs = {
             m: EngineConfig(d, max_model_len=self.max_model_len, num_blocks=g.num_blocks,
-                            cache_dir=cache, seed=self.seed)
+                            cache_dir=cache, seed=self.seed, dtype=g.backend.dtype,
+                            load_format=g.load_format)
             for m, d in ((POLICY, self.policy_dir), (GENRM, self.genrm_dir))}
         ecfg = {r: self.engine_configs[MODEL_OF_ROLE[r]] for r in INFERENCE_ROLES}
         self.kv_capacities = {r: c.kv_capacity for r, c in ecfg.items()}
@@ -127,8 +129,11 @@ class LocalStack:
             SlotTrainerContext, self.policy_dir, self.lr, self.max_model_len, self.seed)
         t = time.perf_counter()
         # engine start-up under load takes minutes on 2 shared cores: a long call timeout
-        self.ctl = MeshController(allocate(g.devices), self.source, factories,
-                                  call_timeout_s=900.0)
+        per_host = g.backend.per_host(g.devices)
+        self.ctl = MeshController(allocate(g.devices, g.backend.hosts), self.source, factories,
+                                  call_timeout_s=900.0,
+                                  slot_env=functools.partial(g.backend.slot_env,
+                                                             per_host=per_host))
         self.slots_up_s = time.perf_counter() - t
         log.info("%d device slots with %d engines up in %.1f s", g.devices,
                  g.devices * len(INFERENCE_ROLES), self.slots_up_s)

@@ -46,13 +46,16 @@ class MeshController:
         layouts: the layout of a replica, by role and devices (e.g.
             ``gps_source.TensorParallelReplicas``: TP = replica size), or None for a full
             copy per device; None (the default) gives every replica full copies.
+        slot_env: device -> environment of its slot proc (``Backend.slot_env``); None
+            sets nothing.
     """
 
     def __init__(self, alloc: Allocation, source: ParameterSource,
                  factories: Mapping[Role, Callable[[], RoleContext]],
                  clock: Clock = time.monotonic, torch_threads: int | None = 1,
                  call_timeout_s: float = 120.0,
-                 layouts: Callable[[Role, tuple[int, ...]], Any] | None = None):
+                 layouts: Callable[[Role, tuple[int, ...]], Any] | None = None,
+                 slot_env: Callable[[int], Mapping[str, str]] | None = None):
         if not factories:
             raise StateError("MeshController: factories is empty; give a context factory "
                              "for each role the slots may take")
@@ -63,6 +66,7 @@ class MeshController:
         self.layouts = layouts
         self.source = source
         self._slot_args = (source, dict(factories), torch_threads)
+        self._slot_env = slot_env
         self.failures: list[str] = []
         self._faults: list[tuple[str, str]] = []
         self._lock = threading.Lock()
@@ -89,16 +93,19 @@ class MeshController:
                 for d, g in enumerate(self._gen)]
 
     def _spawn(self, device: int, name: str):
+        env = dict(self._slot_env(device)) if self._slot_env is not None else None
         return spawn_on(self.procs[device], name, SlotActor, device,
-                        self.alloc.device_host[device], *self._slot_args)
+                        self.alloc.device_host[device], *self._slot_args, env)
 
     @classmethod
     def local(cls, num_devices: int, source: ParameterSource,
               factories: Mapping[Role, Callable[[], RoleContext]],
               clock: Clock = time.monotonic, torch_threads: int | None = 1,
-              hosts: int = 1) -> "MeshController":
+              hosts: int = 1,
+              slot_env: Callable[[int], Mapping[str, str]] | None = None) -> "MeshController":
         """Allocates ``num_devices`` procs over ``hosts`` hosts and spawns their slots."""
-        return cls(allocate(num_devices, hosts), source, factories, clock, torch_threads)
+        return cls(allocate(num_devices, hosts), source, factories, clock, torch_threads,
+                   slot_env=slot_env)
 
     # ---- SlotBackend -----------------------------------------------------------------
     def shift_down(self, role: Role, replica_id: str, devices: tuple[int, ...]) -> ShiftResult:

@@ -41,13 +41,17 @@ class SlotActor(Actor):
         torch_threads: intra-op threads of this proc (None: torch's default). One proc per
             device on a shared 2-core host: with 2 threads under load, copying 7 MB took
             75 ms instead of 3.5 ms with 1 (launchers/bench_shift.py notes).
+        env: environment of this proc set before any context is built
+            (``Backend.slot_env``: on ``cuda`` the one GPU this slot is).
     """
 
     def __init__(self, device: int, host: int, source: ParameterSource,
                  factories: Mapping[Role, Callable[[], RoleContext]],
-                 torch_threads: int | None = 1):
+                 torch_threads: int | None = 1, env: Mapping[str, str] | None = None):
         if torch_threads is not None:
             torch.set_num_threads(torch_threads)
+        self.env = dict(env or {})
+        os.environ.update(self.env)
         os.environ["PIVOT_SLOT_DEVICE"] = str(device)  # context factories may read it
         self.device, self.host, self.source = device, host, source
         self.factories = {Role.parse(r): f for r, f in factories.items()}
@@ -122,6 +126,7 @@ class SlotActor(Actor):
         """What the slot holds now: role, replica, pid, and each context's residency."""
         return {"device": self.device, "host": self.host, "pid": os.getpid(),
                 "role": self.active, "replica_id": self.replica_id, "build_s": self.build_s,
+                "env": {k: os.environ.get(k) for k in self.env},
                 "context_ids": {r.value: id(c) for r, c in self.contexts.items()},
                 "contexts": {r.value: c.describe() for r, c in self.contexts.items()}}
 

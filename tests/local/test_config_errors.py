@@ -46,5 +46,5 @@ def test_run_py_reports_a_bad_binding_without_starting_engines():
                           "--gin_param", "LocalGroup.devices = 16"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
-    assert "LocalGroup.devices=16 does not fit" in out.stderr
+    assert "LocalGroup.devices=16: 16 slots a host do not fit" in out.stderr
     assert "slots with engines up" not in out.stderr

@@ -8,6 +8,7 @@ import pytest
 
 from pivot.gps.actor import GPSActor
 from pivot.gps.layout import ModelMeta, plan_storage
+from pivot.runtime.backend import Backend
 from pivot.runtime.gps_source import GPSParameterSource
 from pivot.runtime.mesh import MeshController
 from pivot.runtime.provision import spawn_host_service
@@ -38,7 +39,10 @@ def mesh(models):
         Role.REWARD: functools.partial(InferenceContext, Role.REWARD, 256, 64),
         Role.TRAINING: functools.partial(TrainingContext, TinyMLP(POLICY_SIZES)),
     }
-    ctl = MeshController.local(4, source, factories)
+    # the cuda backend's slot environment (one GPU per slot, 2 a host): set in each proc
+    # before its contexts are built; harmless where there is no GPU
+    env = functools.partial(Backend("cuda").slot_env, per_host=2)
+    ctl = MeshController.local(4, source, factories, slot_env=env)
     yield ctl
     ctl.stop()
     source.gps.close()

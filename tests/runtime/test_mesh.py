@@ -44,6 +44,12 @@ def test_a_slot_shifts_rollout_to_reward_and_back_holding_the_right_weights(idle
     assert m.device_map.state(1).kind is SlotKind.ACTIVE
 
 
+def test_each_slot_proc_runs_in_its_backend_environment(idle_mesh):
+    # Backend("cuda").slot_env with 2 slots a host: each slot sees only its own GPU
+    seen = [idle_mesh.describe(d)["env"] for d in range(4)]
+    assert seen == [{"CUDA_VISIBLE_DEVICES": v} for v in ("0", "1", "0", "1")]
+
+
 def test_training_optimizer_state_survives_a_shift_bit_identical(idle_mesh):
     m = idle_mesh
     devs = (2, 3)

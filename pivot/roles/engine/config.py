@@ -36,6 +36,10 @@ class EngineConfig:
         enforce_eager: skip torch.compile (start in seconds instead of a minute).
         seed: engine seed.
         cache_dir: where vLLM, inductor and temporary files go.
+        dtype: compute dtype (``float32`` on this AVX2 CPU, where bf16 has no oneDNN
+            kernel, docs/stack.md; ``Backend.dtype`` gives ``bfloat16`` on GPUs).
+        load_format: vLLM's ``load_format``; ``dummy`` starts the engine on random weights
+            of the real shapes (the first shift up Reads the real ones from GPS).
     """
 
     model: str
@@ -47,6 +51,8 @@ class EngineConfig:
     enforce_eager: bool = True
     seed: int = 0
     cache_dir: str = "cache"
+    dtype: str = "float32"
+    load_format: str = "auto"
 
     @property
     def kv_capacity(self) -> int:

@@ -115,7 +115,8 @@ class VllmEngine:
         t = time.perf_counter()
         try:
             self.llm = LLMEngine.from_engine_args(EngineArgs(
-                model=str(model_dir), dtype="float32", block_size=cfg.block_size,
+                model=str(model_dir), dtype=cfg.dtype, load_format=cfg.load_format,
+                block_size=cfg.block_size,
                 max_model_len=cfg.max_model_len, max_num_seqs=cfg.max_num_seqs,
                 num_gpu_blocks_override=cfg.num_blocks, enforce_eager=cfg.enforce_eager,
                 enable_prefix_caching=True, disable_log_stats=False, seed=cfg.seed,
