@@ -9,7 +9,8 @@ The tensors are freed *in place*: a tensor's storage is resized to 0 bytes and l
 resized back and refilled. The tensor objects survive, so the optimizer's state dict,
 FSDP's sharded parameters and the DTensor wrappers stay valid and nothing is rebuilt.
 On CPU the "host buffer" is a separate CPU tensor (a ``clone``); on a GPU the same code
-copies to host memory.
+copies to pinned host memory, so both copies run by DMA at full speed (issue 15, item 3;
+``launchers/gpu_check.py`` checks the round trip and the device memory returned).
 """
 
 from __future__ import annotations
@@ -96,7 +97,8 @@ class HostStash:
                 continue
             seen.add(s.data_ptr())
             whole = torch.empty(0, dtype=torch.uint8, device=loc.device).set_(s)
-            copy = torch.empty(s.nbytes(), dtype=torch.uint8, device=host)
+            copy = torch.empty(s.nbytes(), dtype=torch.uint8, device=host,
+                               pin_memory=loc.device.type == "cuda" and host.type == "cpu")
             copy.copy_(whole)
             n = s.nbytes()
             s.resize_(0)

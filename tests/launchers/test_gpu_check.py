@@ -1,0 +1,107 @@
+"""launchers/gpu_check.py without a GPU: its CPU dry run runs every code path of the GPU
+check on tiny shapes and passes every check; without the flag it refuses with code 2; and
+nothing it imports, on either model path, pulls in vLLM, Monarch or NIXL (the GPU machine
+has none of them)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from launchers import gpu_check
+from pivot.paths import REPO_ROOT
+
+SCRIPT = REPO_ROOT / "launchers" / "gpu_check.py"
+
+BLOCKING_RUN = """
+import importlib.abc, json, runpy, sys
+BLOCKED = {blocked!r}
+tried = []
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            tried.append(name)
+            raise ImportError(f"{{name}} is blocked: the GPU machine does not have it")
+        return None
+sys.meta_path.insert(0, Block())
+sys.argv = ["gpu_check.py", "--cpu_dry_run", "--out", {out!r}]
+try:
+    runpy.run_path({script!r}, run_name="__main__")
+except SystemExit as e:
+    code = e.code
+loaded = sorted({{m.split(".")[0] for m in sys.modules}} & BLOCKED)
+print("IMPORTS " + json.dumps({{"tried": tried, "loaded": loaded, "code": code}}))
+"""
+
+
+def test_dry_run_runs_every_check_and_passes(tmp_path):
+    out = tmp_path / "check.json"
+    assert gpu_check.main(["--cpu_dry_run", "--out", str(out), "--repeats", "2"]) == 0
+    res = json.loads(out.read_text())
+    assert res["mode"] == "cpu_dry_run" and res["passed"] is True
+    assert set(res["checks"]) >= {
+        "peak_copy_right", "read_bit_exact[tiny]", "bit_exact[param]", "bit_exact[grad]",
+        "bit_exact[opt]", "all_tensor_storage_freed", "next_step_loss_equal",
+        "next_step_params_equal"}
+    g = res["grpo_shift"]
+    assert g["implementation"].startswith("torchtitan")
+    assert g["offload"]["bytes"] == g["reload"]["bytes"] == g["offload"]["tensor_bytes_before"]
+    # params + grads + two AdamW moments, fp32 (tied embedding counted once), + step counters
+    assert g["offload"]["bytes"] >= 4 * 4 * g["params"]
+    assert g["offload"]["tensor_bytes_after"] == 0
+    assert g["step2_loss_after_reload"] == g["step2_loss_no_offload"]
+    read = res["bandwidth"]["reads"][0]
+    assert read["bytes"] == 2 * read["params"] and read["sliced_read"]["best_gbps"] > 0
+    assert not torch.are_deterministic_algorithms_enabled()  # the setting is put back
+
+
+def test_a_broken_round_trip_fails_the_check(tmp_path, monkeypatch):
+    """The bit-exact checks can fail: a reload that changes one byte is caught."""
+    from pivot.roles.titan.context import HostStash
+
+    real = HostStash.reload
+
+    def corrupt(self):
+        self.entries[0][1][0] ^= 1
+        return real(self)
+
+    monkeypatch.setattr(HostStash, "reload", corrupt)
+    out = tmp_path / "check.json"
+    assert gpu_check.main(["--cpu_dry_run", "--out", str(out), "--only", "step",
+                           "--repeats", "1"]) == 1
+    res = json.loads(out.read_text())
+    assert res["passed"] is False and res["checks"]["bit_exact[param]"] is False
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_without_a_gpu_it_says_so_in_one_line_and_exits_2(tmp_path):
+    out = tmp_path / "check.json"
+    p = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out)], capture_output=True,
+                       text=True, cwd=tmp_path, timeout=300)
+    assert p.returncode == 2
+    assert len(p.stderr.strip().splitlines()) == 1 and "no CUDA device" in p.stderr
+    assert "--cpu_dry_run" in p.stderr and not out.exists()
+
+
+@pytest.mark.parametrize("blocked,implementation", [
+    (("vllm", "monarch", "nixl"), "torchtitan"),
+    (("vllm", "monarch", "nixl", "torchtitan"), "transformers"),
+])
+def test_nothing_it_imports_pulls_in_vllm_monarch_or_nixl(tmp_path, blocked, implementation):
+    """Runs the whole dry run in a fresh process whose importer refuses those packages (and
+    torchtitan too, for the fallback model): no import of them is even tried."""
+    out = tmp_path / "check.json"
+    code = BLOCKING_RUN.format(blocked=set(blocked), out=str(out), script=str(SCRIPT))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=600)
+    line = [x for x in p.stdout.splitlines() if x.startswith("IMPORTS ")]
+    assert line, p.stdout[-2000:] + p.stderr[-2000:]
+    imports = json.loads(line[0][len("IMPORTS "):])
+    assert imports == {"tried": [], "loaded": [], "code": 0} or (
+        "torchtitan" in blocked and imports["loaded"] == [] and imports["code"] == 0
+        and {n.split(".")[0] for n in imports["tried"]} == {"torchtitan"}), imports
+    res = json.loads(out.read_text())
+    assert res["passed"] is True
+    assert res["grpo_shift"]["implementation"].startswith(implementation)
