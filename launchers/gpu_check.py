@@ -15,14 +15,16 @@ b. A GRPO step and a shift (sec. 5.2, 8.1): the Qwen2 trainer model at Qwen2.5-0
    how much device memory was really returned; everything must come back bit-exact, and
    the next step must give the same loss as the same step with no offload.
 
-The model is torchtitan's (``pivot.roles.titan.qwen2``) when torchtitan imports and builds
+The model is torchtitan's (``pivot.roles.titan.qwen2``) when torchtitan imports and runs
 on this torch; otherwise transformers' ``Qwen2ForCausalLM`` (same maths; the JSON says
-which, and why). Nothing here imports vLLM, Monarch or NIXL (the GPU machine has none).
+which, and why; ``--model`` forces one). Nothing here imports vLLM, Monarch or NIXL (the
+GPU machine has none); a part that fails is recorded in the JSON and the other still runs.
 
 Without CUDA it exits with code 2, unless ``--cpu_dry_run``: then the same code paths run
 on tiny shapes on the CPU, in plain (unpinned) memory, so CI runs them.
 
     python launchers/gpu_check.py [--out results/gpu/gpu_check.json] [--only bandwidth|step]
+                                  [--model auto|torchtitan|transformers] [--repeats 5]
     python launchers/gpu_check.py --cpu_dry_run --out /tmp/gpu_check.json
 
 Exit code: 0 when every check passes, 1 when one fails, 2 when there is no GPU.
@@ -192,26 +194,31 @@ def bandwidth(setup: Setup, repeats: int) -> dict:
 
 
 # ---------------------------------------------------------------- b. GRPO step + shift
-def build_policy(setup: Setup, config: dict, seq: int, seed: int = 0):
-    """(model, forward(ids) -> logits, description): torchtitan's Qwen2 when it works on
-    this torch, else transformers' Qwen2ForCausalLM."""
-    try:
-        from pivot.roles.titan.qwen2 import build_qwen2, qwen2_model_config
+def build_policy(setup: Setup, config: dict, seq: int, model: str, seed: int = 0):
+    """(module, forward(ids) -> logits, description, why not torchtitan): torchtitan's
+    Qwen2 when ``model`` allows it and it builds on this torch, else transformers'
+    Qwen2ForCausalLM."""
+    why = "--model transformers"
+    if model != "transformers":
+        try:
+            from pivot.roles.titan.qwen2 import build_qwen2, qwen2_model_config
 
-        mc = qwen2_model_config(Qwen2Shape.from_hf(config), max_seq_len=seq)
-        model = build_qwen2(mc, device=setup.device, seed=seed)
-        return model, model, "torchtitan Qwen2 (pivot.roles.titan.qwen2)", None
-    except Exception as e:  # noqa: BLE001  (torchtitan absent or not working on this torch: fall back, recorded)
-        why = f"{type(e).__name__}: {e}"
-        logger.info("torchtitan Qwen2 unavailable (%s); using transformers' Qwen2ForCausalLM",
-                    why.splitlines()[0][:200])
+            mc = qwen2_model_config(Qwen2Shape.from_hf(config), max_seq_len=seq)
+            m = build_qwen2(mc, device=setup.device, seed=seed)
+            return m, m, "torchtitan Qwen2 (pivot.roles.titan.qwen2)", None
+        except Exception as e:  # noqa: BLE001  (torchtitan absent or not working on this torch: fall back, recorded)
+            if model == "torchtitan":
+                raise
+            why = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+            logger.info("torchtitan Qwen2 unavailable (%s); using transformers' "
+                        "Qwen2ForCausalLM", why)
     import transformers
 
     keep = {k: v for k, v in config.items() if k not in ("architectures", "torch_dtype")}
     torch.manual_seed(seed)
     with torch.device(setup.device):
-        model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**keep))
-    return model, (lambda ids: model(ids).logits), "transformers Qwen2ForCausalLM", why
+        m = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**keep))
+    return m, (lambda ids: m(ids).logits), "transformers Qwen2ForCausalLM", why
 
 
 def grpo_batch(setup: Setup, vocab: int, seed: int):
@@ -234,12 +241,12 @@ class Policy:
     """The trainer's step on one device: GRPO loss on bf16-autocast log-probs, global-norm
     clip, AdamW; gradients stay after the step so a shift has all three kinds to move."""
 
-    def __init__(self, setup: Setup, config: dict) -> None:
+    def __init__(self, setup: Setup, config: dict, model: str) -> None:
         from pivot.losses.grpo import GRPOLoss
 
         self.setup = setup
         self.model, self.forward, self.kind, self.fallback_reason = build_policy(
-            setup, config, seq=setup.batch[1])
+            setup, config, setup.batch[1], model)
         self.params = list(self.model.parameters())
         self.opt = torch.optim.AdamW(self.params, lr=1e-5, weight_decay=0.01)
         self.loss = GRPOLoss(GRPOLoss.Config())
@@ -251,11 +258,18 @@ class Policy:
             logits = self.forward(ids)
         return token_logprobs(logits, ids)
 
-    def step(self, batch) -> float:
+    def behaviour(self, batch):
+        """The batch with its old log-probs: the current policy's plus noise (a rollout
+        policy a few versions behind), fixed before any step."""
         ids, mask, adv, noise = batch
+        with torch.no_grad():
+            old = (self.logprobs(ids) + noise) * mask
+        return ids, mask, adv, old
+
+    def step(self, batch) -> float:
+        ids, mask, adv, old = batch
         self.opt.zero_grad(set_to_none=True)
         lp = self.logprobs(ids)
-        old = (lp.detach() + noise) * mask
         loss, _ = self.loss(lp, old, adv, mask)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.params, 1.0)
@@ -300,14 +314,28 @@ def _max_diff(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> fl
     return max(float((got[k].float() - v.float()).abs().max()) for k, v in want.items())
 
 
-def grpo_shift(setup: Setup) -> dict:
-    """One GRPO step, then offload -> reload against a snapshot and a no-offload twin."""
+def grpo_shift(setup: Setup, model: str = "auto") -> dict:
+    """One GRPO step, then offload -> reload against a snapshot and a no-offload twin.
+
+    ``model``: "auto" (torchtitan, else transformers; also when torchtitan's model fails
+    mid-step), "torchtitan" or "transformers"."""
+    if model == "auto":
+        try:
+            return grpo_shift(setup, "torchtitan")
+        except Exception as e:  # noqa: BLE001  (torchtitan fails on this torch: the step runs on transformers' model, recorded)
+            why = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+            logger.info("torchtitan Qwen2 failed (%s); rerunning on transformers' model", why)
+            gc.collect()
+            setup.free_bytes()
+            res = grpo_shift(setup, "transformers")
+            res["fallback_reason"] = why
+            return res
     from pivot.roles.titan.context import HostStash
 
     name, config = setup.step_model
-    pol = Policy(setup, config)
+    pol = Policy(setup, config, model)
     vocab = int(config["vocab_size"])
-    b1, b2 = grpo_batch(setup, vocab, 1), grpo_batch(setup, vocab, 2)
+    b1, b2 = (pol.behaviour(grpo_batch(setup, vocab, seed)) for seed in (1, 2))
     t0 = time.perf_counter()
     loss1 = pol.step(b1)
     setup.sync()
@@ -365,13 +393,14 @@ def grpo_shift(setup: Setup) -> dict:
 
 
 def checks(res: dict) -> dict[str, bool]:
-    out: dict[str, bool] = {}
-    if "bandwidth" in res:
+    out: dict[str, bool] = {f"{k}_ran": "error" not in res[k]
+                            for k in ("bandwidth", "grpo_shift") if k in res}
+    if "bandwidth" in res and out["bandwidth_ran"]:
         bw = res["bandwidth"]
         out["peak_copy_right"] = bw["peak_h2d"]["copied_right"]
         for r in bw["reads"]:
             out[f"read_bit_exact[{r['model']}]"] = r["bit_exact"]
-    if "grpo_shift" in res:
+    if "grpo_shift" in res and out["grpo_shift_ran"]:
         g = res["grpo_shift"]
         out.update({f"bit_exact[{k.rstrip('.')}]": v
                     for k, v in g["bit_exact_after_reload"].items()})
@@ -394,6 +423,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpu_dry_run", action="store_true",
                     help="no GPU: run the same code on tiny shapes on the CPU (for CI)")
     ap.add_argument("--only", choices=("bandwidth", "step"), default=None)
+    ap.add_argument("--model", choices=("auto", "torchtitan", "transformers"), default="auto",
+                    help="the step's model: torchtitan's Qwen2, transformers', or the first "
+                         "that works (default)")
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
@@ -417,20 +449,34 @@ def main(argv: list[str] | None = None) -> int:
         det.fill_uninitialized_memory = saved[2]
 
 
+def section(res: dict, name: str, fn, *args) -> None:
+    """Runs one part; a failure is recorded (and fails the check ``<name>_ran``) so the
+    other part's figures are still written."""
+    try:
+        res[name] = fn(*args)
+    except Exception as e:  # noqa: BLE001  (recorded in the JSON and failing the run; the next part still runs)
+        import traceback
+
+        logger.error("%s failed: %s: %s", name, type(e).__name__, e)
+        res[name] = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+
+
 def run(setup: Setup, args: argparse.Namespace) -> int:
     res: dict = {"mode": "cpu_dry_run" if setup.dry_run else "cuda",
                  "torch": torch.__version__, "cuda": torch.version.cuda,
-                 "device": (torch.cuda.get_device_name() if not setup.dry_run else "cpu")}
+                 "device": (torch.cuda.get_device_name() if not setup.dry_run else "cpu"),
+                 "argv": sys.argv[1:]}
     t0 = time.perf_counter()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     if args.only in (None, "bandwidth"):
-        res["bandwidth"] = bandwidth(setup, args.repeats)
+        section(res, "bandwidth", bandwidth, setup, args.repeats)
+        out.write_text(json.dumps(res, indent=1, default=str))
     if args.only in (None, "step"):
-        res["grpo_shift"] = grpo_shift(setup)
+        section(res, "grpo_shift", grpo_shift, setup, args.model)
     res["checks"] = checks(res)
     res["passed"] = all(res["checks"].values())
     res["seconds"] = time.perf_counter() - t0
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=1, default=str))
     failed = [k for k, v in res["checks"].items() if not v]
     logger.info("%s in %.0f s; %s; wrote %s", "PASSED" if not failed else "FAILED",

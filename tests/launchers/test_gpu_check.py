@@ -58,13 +58,14 @@ def test_dry_run_runs_every_check_and_passes(tmp_path):
 
 
 def test_a_broken_round_trip_fails_the_check(tmp_path, monkeypatch):
-    """The bit-exact checks can fail: a reload that changes one byte is caught."""
+    """The checks can fail: a reload that flips one exponent bit of the first weight (the
+    tied embedding's, used by every padded row) is caught, and the next step's loss moves."""
     from pivot.roles.titan.context import HostStash
 
     real = HostStash.reload
 
     def corrupt(self):
-        self.entries[0][1][0] ^= 1
+        self.entries[0][1][3] ^= 0x20  # byte 3 of a little-endian fp32: exponent bits
         return real(self)
 
     monkeypatch.setattr(HostStash, "reload", corrupt)
@@ -72,7 +73,9 @@ def test_a_broken_round_trip_fails_the_check(tmp_path, monkeypatch):
     assert gpu_check.main(["--cpu_dry_run", "--out", str(out), "--only", "step",
                            "--repeats", "1"]) == 1
     res = json.loads(out.read_text())
-    assert res["passed"] is False and res["checks"]["bit_exact[param]"] is False
+    c = res["checks"]
+    assert res["passed"] is False and c["bit_exact[param]"] is False
+    assert c["bit_exact[grad]"] and c["bit_exact[opt]"] and not c["next_step_loss_equal"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
@@ -105,3 +108,29 @@ def test_nothing_it_imports_pulls_in_vllm_monarch_or_nixl(tmp_path, blocked, imp
     res = json.loads(out.read_text())
     assert res["passed"] is True
     assert res["grpo_shift"]["implementation"].startswith(implementation)
+
+
+def test_a_torchtitan_that_fails_on_this_torch_falls_back_or_is_reported(tmp_path, monkeypatch):
+    """torchtitan may import on the GPU machine's torch and still fail: "auto" reruns the
+    step on transformers' model and says why; "torchtitan" records the failure, fails the
+    run, and still writes the bandwidth figures."""
+    import pivot.roles.titan.qwen2 as q2
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("torchtitan does not run on this torch")
+
+    monkeypatch.setattr(q2, "build_qwen2", broken)
+    out = tmp_path / "auto.json"
+    assert gpu_check.main(["--cpu_dry_run", "--out", str(out), "--only", "step",
+                           "--repeats", "1"]) == 0
+    g = json.loads(out.read_text())["grpo_shift"]
+    assert g["implementation"].startswith("transformers")
+    assert "does not run on this torch" in g["fallback_reason"]
+
+    out = tmp_path / "titan.json"
+    assert gpu_check.main(["--cpu_dry_run", "--out", str(out), "--model", "torchtitan",
+                           "--repeats", "1"]) == 1
+    res = json.loads(out.read_text())
+    assert res["checks"]["grpo_shift_ran"] is False and res["checks"]["bandwidth_ran"]
+    assert "does not run on this torch" in res["grpo_shift"]["error"]
+    assert res["bandwidth"]["reads"][0]["bit_exact"] is True
