@@ -34,12 +34,14 @@ FULL = ParallelLayout.create(M, dp=2)
 def cluster():
     from monarch.actor import this_host
 
-    from pivot.compat.monarch import install_fault_hook, remove_fault_listener
+    from pivot.compat.monarch import install_fault_hook
     from pivot.gps.actor import ActorHost, GlobalParameterStorage, GPSActor
 
     assert STORAGE.k == 2  # a Write touches both hosts
     faults = []
-    install_fault_hook(faults.append, key="test_lease_monarch")  # killed writers: no exit
+    # killed writers' faults (some arrive ~30 s later, when their links time out) must not
+    # end the session: the listener stays for the rest of the process
+    install_fault_hook(faults.append, key="test_lease_monarch")
     procs = this_host().spawn_procs(per_host={"gps": 2})
     actors = [procs.slice(gps=i).spawn(f"lgps{i}", GPSActor, i, STORAGE, MODELS)
               for i in range(2)]
@@ -52,7 +54,6 @@ def cluster():
     for h in gps.hosts:
         h.close()
     procs.stop().get()
-    remove_fault_listener("test_lease_monarch")
 
 
 def read_full(gps):
@@ -66,13 +67,14 @@ def equal(a, b):
 
 def start_and_kill(actors, ttl_s, seed, tmp_path):
     """Spawns a writer proc, starts its Write, kills it after two transfers; returns
-    (holder, seconds the writer ran its Write, time of the kill)."""
+    (holder, seconds the writer ran its Write, time of the kill). The dead proc's mesh is
+    left alone: a message to it is never acknowledged."""
     from monarch.actor import this_host
 
     from pivot.testing.gps_writer import GPSWriter
 
     wprocs = this_host().spawn_procs(per_host={"w": 1})
-    writer = wprocs.spawn("writer", GPSWriter, actors, MODELS, STORAGE, DEVICE_HOST, ttl_s)
+    writer = wprocs.spawn(f"writer{seed}", GPSWriter, actors, MODELS, STORAGE, DEVICE_HOST, ttl_s)
     pid, holder = writer.whoami.call_one().get()
     full = random_state(M, seed)
     states = {d: expected_shard(full, M, TP, r) for r, d in enumerate((0, 1))}
@@ -84,7 +86,7 @@ def start_and_kill(actors, ttl_s, seed, tmp_path):
         time.sleep(0.01)
     ran = time.monotonic() - t0
     os.kill(pid, signal.SIGKILL)
-    return holder, ran, time.monotonic(), wprocs
+    return holder, ran, time.monotonic()
 
 
 def write_until_committed(gps, committed, new, timeout_s):
@@ -109,7 +111,7 @@ def test_a_killed_writers_version_is_discarded_once_its_lease_expires(cluster, t
     committed = random_state(M, 0)
     v0 = gps.latest("policy")
     ttl = 8.0
-    holder, ran, killed, wprocs = start_and_kill(actors, ttl, 1, tmp_path)
+    holder, ran, killed = start_and_kill(actors, ttl, 1, tmp_path)
     assert [h.writing("policy") for h in gps.hosts] == [v0 + 1, v0 + 1]  # half-written
     new = random_state(M, 2)
     v, refused, waited = write_until_committed(gps, committed, new, timeout_s=ttl + 30)
@@ -119,7 +121,6 @@ def test_a_killed_writers_version_is_discarded_once_its_lease_expires(cluster, t
     assert v == v0 + 1 and refused >= 1
     a, b = read_full(gps)
     assert equal(a, new) and equal(b, new)
-    _stop(wprocs)
 
 
 def test_the_owner_relays_the_writers_death_and_the_next_write_need_not_wait(cluster,
@@ -128,9 +129,9 @@ def test_the_owner_relays_the_writers_death_and_the_next_write_need_not_wait(clu
     committed = {k: t.clone() for k, t in read_full(gps)[0].items()}
     v0 = gps.latest("policy")
     n = len(faults)
-    holder, ran, killed, wprocs = start_and_kill(actors, 600.0, 3, tmp_path)
+    holder, ran, killed = start_and_kill(actors, 600.0, 3, tmp_path)
     # Monarch supervision reports the dead proc (each of its meshes) to its owner
-    while not any("Killed(sig=9)" in str(f) and "{'w': 0/1}" in str(f) for f in faults[n:]):
+    while not any("Killed(sig=9)" in str(f) and "writer3" in str(f) for f in faults[n:]):
         assert time.monotonic() - killed < 60, "no supervision event for the killed writer"
         time.sleep(0.05)
     noticed = time.monotonic() - killed
@@ -142,11 +143,3 @@ def test_the_owner_relays_the_writers_death_and_the_next_write_need_not_wait(clu
     assert v == v0 + 1 and refused == 0
     a, b = read_full(gps)
     assert equal(a, new) and equal(b, new)
-    _stop(wprocs)
-
-
-def _stop(procs):
-    try:
-        procs.stop().get()
-    except Exception:  # noqa: BLE001 - its only proc was killed
-        pass
