@@ -1,4 +1,4 @@
-"""The training role: torchtitan Qwen3 + GRPO on FSDP2 over gloo (sec. 5.2, 8.1).
+"""The training role: torchtitan Qwen3 / Qwen2 + GRPO on FSDP2 over gloo (sec. 5.2, 8.1).
 
 ``Trainer`` is a plain class (usable and tested without Monarch); ``TrainerActor`` is a
 thin Monarch actor around it, one per training proc. Data flow of one RL step::
@@ -39,12 +39,7 @@ from pivot.errors import ConfigError, StateError
 from pivot.losses.grpo import GRPOLoss, token_logprobs
 from pivot.roles.titan.batch import TrainBatch
 from pivot.roles.titan.context import HostStash, local_tensor, storage_bytes
-from pivot.roles.titan.model import (
-    Qwen3Shape,
-    build_qwen3,
-    qwen3_model_config,
-    state_dict_adapter,
-)
+from pivot.roles.titan.family import family_of
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +62,7 @@ class Trainer:
     @dataclass(kw_only=True, slots=True)
     class Config:
         model: str | Path | dict
-        """A HF Qwen3 model folder, its config.json, or the config dict."""
+        """A HF Qwen3 or Qwen2 model folder, its config.json, or the config dict."""
         max_seq_len: int = 2048
         """RoPE cache length; batches longer than this are rejected."""
         seed: int = 0
@@ -79,13 +74,14 @@ class Trainer:
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        self.shape = Qwen3Shape.from_hf(config.model)
+        self.family = family_of(config.model)   # Qwen3 (tiny policy) or Qwen2 (paper's)
+        self.shape = self.family.shape(config.model)
         if config.max_seq_len <= 0:
             raise ConfigError(f"Trainer.Config.max_seq_len must be > 0, got "
                               f"{config.max_seq_len}")
-        self.model_config = qwen3_model_config(
+        self.model_config = self.family.model_config(
             self.shape, min(config.max_seq_len, self.shape.max_position_embeddings))
-        self.adapter = state_dict_adapter(self.model_config)
+        self.adapter = self.family.adapter(self.model_config)
         self.loss_fn = GRPOLoss(config.loss)
         self.model: torch.nn.Module | None = None
         self.optimizer: torch.optim.Optimizer | None = None
@@ -121,7 +117,7 @@ class Trainer:
         else:
             self.rank, self.world_size = 0, 1
         self.group = group
-        model = build_qwen3(self.model_config, seed=self.config.seed)
+        model = self.family.build(self.model_config, seed=self.config.seed)
         if self.world_size > 1 and self.config.fsdp:
             if mesh is None:
                 from torch.distributed.device_mesh import init_device_mesh
