@@ -110,8 +110,9 @@ class GPSActor(Actor):
         self.store.abort(model, version)
 
     @endpoint
-    def lease(self, holder: str, ttl_s: float = 600.0) -> None:
-        self.store.lease(holder, ttl_s)
+    def lease(self, holder: str, ttl_s: float = 600.0,
+              published: dict[str, int | None] | None = None) -> None:
+        self.store.lease(holder, ttl_s, published)
 
     @endpoint
     def end_lease(self, holder: str) -> None:

@@ -284,11 +284,14 @@ def _lease(gps: GlobalParameterStorage, host: int, holder: str) -> list[int]:
     """Takes the lease of every surviving host that answers; on a refusal (a Write in
     progress) gives the taken ones back and raises the host's StateError."""
     taken: list[int] = []
-    for h in range(len(gps.hosts)):
-        if h == host or _probe(gps.hosts[h], gps.models) is None:
-            continue
+    alive = {h: s for h in range(len(gps.hosts)) if h != host
+             and (s := _probe(gps.hosts[h], gps.models)) is not None}
+    # what any survivor published: a dead writer's installed Write is resolved with it
+    published = {m: max((s[m] for s in alive.values() if s[m] is not None), default=None)
+                 for m in gps.models}
+    for h in alive:
         try:
-            gps.hosts[h].lease(holder)
+            gps.hosts[h].lease(holder, published=published)
         except Exception:
             _end_lease(gps, taken, holder)
             raise

@@ -412,16 +412,20 @@ class HostStore:
             self._lease = None
         return self._lease
 
-    def lease(self, holder: str, ttl_s: float = 600.0) -> None:
+    def lease(self, holder: str, ttl_s: float = 600.0,
+              published: Mapping[str, int | None] | None = None) -> None:
         """Takes this host's rebuild lease: Writes are refused until :meth:`end_lease` (or
-        ``ttl_s``, if the holder died). Refused while a Write is in progress here."""
+        ``ttl_s``, if the holder died). Refused while a Write is in progress here, unless
+        its write lease expired: then it is resolved first (an installed one only with
+        ``published``, per model the highest version any host published)."""
         with self._lock:
             other = self._live_lease()
             if other is not None and other[0] != holder:
                 raise StateError(f"GPS host {self.host}: {holder} refused: {other[0]} is in "
                                  f"progress; retry once it ends")
-            for m in [m for m, w in self._writing.items() if w.stage != "installed"]:
-                self._resolve_dead(m, None)  # a dead writer's staged version: discarded
+            for m in [m for m, w in self._writing.items()
+                      if published is not None or w.stage != "installed"]:
+                self._resolve_dead(m, None if published is None else published.get(m))
             for m, w in self._writing.items():
                 raise StateError(f"GPS host {self.host}: {holder} refused: {w.describe(m)}; "
                                  f"retry once it ends or its lease expires (or, if its "

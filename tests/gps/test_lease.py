@@ -234,3 +234,29 @@ def test_the_lease_comes_from_gin_and_reaches_every_host(two):
         s.begin_write("policy", 1, holder=w.holder, ttl_s=w.lease.ttl_s, published=0)
         assert s._writing["policy"].lease.ttl_s == 5.0
     w.close()
+
+
+def test_a_rebuild_resolves_a_dead_writers_expired_write_instead_of_being_refused():
+    from pivot.gps.storage import HostStore
+    from pivot.testing.gps import kill_host
+
+    storage = storage_with_k(list(SMALL_MODELS.values()), 4, 2)
+    gps, stores = local_gps(SMALL_MODELS, storage, (0, 0, 1, 1, 2, 2, 3, 3))
+    fresh = HostStore(1, storage, SMALL_MODELS)
+    try:
+        gps.load("policy", constant(1))
+        stop_mid_write(stores, "dead", 0.2, "installed")
+        stores[0].publish("policy", 1)  # died mid-publish: host 0 serves v1
+        time.sleep(0.25)
+        kill_host(gps, stores, 1)
+        report = gps.rebuild(1, LocalHost(fresh))
+        assert report.versions["policy"] == 1  # rolled forward where installed, then rebuilt
+        assert [stores[h].latest("policy") for h in (0, 2, 3)] == [1, 1, 1]
+        assert fresh.latest("policy") == 1
+        assert all(stores[h].writing("policy") is None for h in (0, 2, 3))
+        out = gps.read("policy", (0, 2, 4, 6), ParallelLayout.create(SMALL_POLICY, dp=4))
+        assert {float(x) for sd in out.values() for t in sd.values()
+                for x in (t.min(), t.max())} == {9.0}
+    finally:
+        fresh.close()
+        close_gps(gps, stores)
