@@ -24,7 +24,8 @@ def register() -> None:
     import pivot.local.driver  # noqa: F401  (LocalDriver, LocalGroup, PromptStream, LoopConfig)
     import pivot.local.model_groups  # noqa: F401  (cluster_group, cluster_stream)
     import pivot.runtime.backend  # noqa: F401  (Backend)
-    import pivot.gps  # noqa: F401  (GPS settings, e.g. the write lease)
+    import pivot.gps  # noqa: F401  (GPS settings: WriteLeaseConfig)
+    import pivot.gps.hosts  # noqa: F401  (HostJob)
     import pivot.reliability.injectors  # noqa: F401  (forced_shift_planner)
     import pivot.reliability.local_checks  # noqa: F401  (LocalChecker)
 

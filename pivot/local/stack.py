@@ -130,7 +130,8 @@ class LocalStack:
         t = time.perf_counter()
         # engine start-up under load takes minutes on 2 shared cores: a long call timeout
         per_host = g.backend.per_host(g.devices)
-        self.ctl = MeshController(allocate(g.devices, g.backend.hosts), self.source, factories,
+        self.ctl = MeshController(allocate(g.devices, g.backend.hosts, g.backend.job),
+                                  self.source, factories,
                                   call_timeout_s=900.0,
                                   slot_env=functools.partial(g.backend.slot_env,
                                                              per_host=per_host))

@@ -39,11 +39,15 @@ class Backend:
             devices ``[h * per_host, (h + 1) * per_host)``).
         devices_per_host: devices a host contributes; 0 means all of the job's devices
             over ``hosts`` (``cpu``) or every GPU the host has (``cuda``).
+        job: where several hosts come from, a Monarch job type (``pivot.gps.hosts.
+            HostJob``): ``process`` (local subprocesses, what runs here), ``slurm``,
+            ``kubernetes``; its options are ``HostJob.options`` in gin.
     """
 
     kind: str = "cpu"
     hosts: int = 1
     devices_per_host: int = 0
+    job: str = "process"
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -52,6 +56,9 @@ class Backend:
         check_range("Backend.hosts", self.hosts, 1, integer=True, why="hosts of the job")
         check_range("Backend.devices_per_host", self.devices_per_host, 0, integer=True,
                     why="0: every device of the host")
+        from pivot.gps.hosts import JOB_KINDS
+        if self.job not in JOB_KINDS:
+            fail("Backend.job", self.job, f"must be one of {JOB_KINDS} (Monarch job types)")
 
     @property
     def device_type(self) -> str:

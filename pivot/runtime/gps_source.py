@@ -50,7 +50,7 @@ class GPSParameterSource:
         if self._gps is None:
             self._gps = GlobalParameterStorage(
                 [ActorHost(i, a) for i, a in enumerate(self.hosts)], self.models,
-                self.storage, self.device_host)
+                self.storage, self.device_host, holder=writer_id())
         return self._gps
 
     def layout(self, model: str, devices: tuple[int, ...], layout: Any) -> ParallelLayout:
@@ -106,3 +106,14 @@ class TensorParallelReplicas:
                                   f"of parameter {name}; use replicas of a size dividing "
                                   f"it, or mark the parameter replicated")
         return layout
+
+
+def writer_id(device: int | None = None) -> str:
+    """The GPS Write lease holder of a device slot (``slot<d>``; the client's own process
+    outside a slot): a slot restarted after a fault supersedes its own dead Write at once,
+    and ``MeshController.poll_faults`` ends a dead slot's leases by this id (sec. 5.1)."""
+    import os
+    if device is None:
+        dev = os.environ.get("PIVOT_SLOT_DEVICE")
+        return f"slot{dev}" if dev is not None else f"client{os.getpid()}"
+    return f"slot{device}"

@@ -183,7 +183,21 @@ class MeshController:
                     self.device_map.mark_lost((d,), f"process died: {msg[:160]}")
         if hit:
             log.error("slot processes of devices %s died", hit)
+            self._release_writes(hit)
         return tuple(hit)
+
+    def _release_writes(self, devices: list[int]) -> None:
+        """A dead slot's half-written GPS versions are discarded now, not when their
+        lease expires (``GlobalParameterStorage.writer_lost``)."""
+        from pivot.runtime.gps_source import writer_id
+        gps = getattr(self.source, "gps", None)
+        if gps is None or not hasattr(gps, "writer_lost"):
+            return
+        for d in devices:
+            try:
+                gps.writer_lost(writer_id(d))
+            except Exception as e:  # noqa: BLE001 - the lease still expires on its own
+                log.warning("GPS writer_lost(slot%d): %s; its lease will expire", d, e)
 
     def recover(self, devices: tuple[int, ...]) -> float:
         """Returns lost slots to the idle pool: a live slot is reset in place, a dead one

@@ -60,12 +60,14 @@ class Allocation:
             self.job.kill()
 
 
-def allocate(num_devices: int, hosts: int = 1) -> Allocation:
+def allocate(num_devices: int, hosts: int = 1, job: str = "process") -> Allocation:
     """Allocates ``num_devices`` device procs over ``hosts`` hosts.
 
     Args:
         num_devices: procs (devices) in total; > 0 and a multiple of ``hosts``.
         hosts: hosts to spread them over, equally.
+        job: the Monarch job type of several hosts (``pivot.gps.hosts.HostJob``:
+            ``process``, ``slurm``, ``kubernetes``; ``Backend.job``).
     """
     if not isinstance(num_devices, int) or num_devices <= 0:
         raise ConfigError(f"allocate: num_devices must be a positive int, got {num_devices!r}")
@@ -79,12 +81,11 @@ def allocate(num_devices: int, hosts: int = 1) -> Allocation:
         procs = host_mesh.spawn_procs(per_host={"procs": per_host}, name="pivot_slots")
         log.info("allocated %d device procs on this host", num_devices)
         return Allocation(host_mesh, procs, device_host, per_host)
-    from monarch.job import ProcessJob
-    job = ProcessJob({"hosts": hosts})
-    host_mesh = job.state(cached_path=None).hosts
+    from pivot.gps.hosts import HostJob
+    host_mesh, monarch_job = HostJob(kind=job, hosts=hosts).start()
     procs = host_mesh.spawn_procs(per_host={"procs": per_host}, name="pivot_slots")
-    log.info("allocated %d device procs on %d hosts", num_devices, hosts)
-    return Allocation(host_mesh, procs, device_host, per_host, job)
+    log.info("allocated %d device procs on %d hosts (%s job)", num_devices, hosts, job)
+    return Allocation(host_mesh, procs, device_host, per_host, monarch_job)
 
 
 def spawn_on(proc: ProcMesh, name: str, cls, *args):

@@ -52,3 +52,18 @@ def test_a_replica_across_two_hosts_reads_both_models_from_the_gps_on_each(model
         for g in gps:
             g.close.call_one().get()
         ctl.stop()
+
+
+def test_several_hosts_come_from_the_backends_job_type():
+    # a SLURM job needs sbatch: refused before Monarch's transport is touched
+    import shutil
+
+    from pivot.errors import ConfigError
+    from pivot.runtime.provision import allocate
+    if shutil.which("sbatch"):
+        pytest.skip("this machine has sbatch")
+    with pytest.raises(ConfigError, match="HostJob.kind='slurm': no sbatch"):
+        allocate(4, 2, "slurm")
+    with pytest.raises(ConfigError, match="Backend.job='lsf'"):
+        from pivot.runtime.backend import Backend
+        Backend(job="lsf")
