@@ -84,6 +84,7 @@ class LocalStack:
 
         from pivot.compat.monarch import ensure_client_tmpdir
         from pivot.gps.actor import GPSActor
+        from pivot.gps.hosts import spawn_gps
         from pivot.gps.layout import ModelMeta, plan_storage
         from pivot.local.cgroups import SlotCpuShares
         from pivot.local.contexts import GeneratorFactory, SlotTrainerContext
@@ -108,9 +109,14 @@ class LocalStack:
                 sd.update(load_file(str(f)))
             self.initial[m] = {k: v.to(torch.float32) for k, v in sd.items()}
         metas = {m: ModelMeta.from_state_dict(m, sd) for m, sd in self.initial.items()}
-        storage = plan_storage(list(metas.values()), 1, 1 << 30)
-        gps = spawn_host_service("gps", GPSActor, 0, storage, metas)
-        self.source = GPSParameterSource([gps], metas, storage, (0,) * g.devices)
+        # the device procs first: GPS runs one actor on each of their hosts (sec. 5.1)
+        alloc = allocate(g.devices, g.backend.hosts, g.backend.job)
+        storage = plan_storage(list(metas.values()), g.backend.hosts, 1 << 30)
+        if alloc.job is None:
+            gps = [spawn_host_service("gps", GPSActor, 0, storage, metas)]
+        else:
+            _, gps, _ = spawn_gps(alloc.hosts, storage, metas)
+        self.source = GPSParameterSource(gps, metas, storage, alloc.device_host)
         self._load_initial()
         # one engine per model per slot, each configured from its own folder (sec. 5.2)
         self.engine_configs = {
@@ -130,9 +136,7 @@ class LocalStack:
         t = time.perf_counter()
         # engine start-up under load takes minutes on 2 shared cores: a long call timeout
         per_host = g.backend.per_host(g.devices)
-        self.ctl = MeshController(allocate(g.devices, g.backend.hosts, g.backend.job),
-                                  self.source, factories,
-                                  call_timeout_s=900.0,
+        self.ctl = MeshController(alloc, self.source, factories, call_timeout_s=900.0,
                                   slot_env=functools.partial(g.backend.slot_env,
                                                              per_host=per_host))
         self.slots_up_s = time.perf_counter() - t
@@ -171,8 +175,10 @@ class LocalStack:
         run_closers(self._closers)
         if self.started:
             try:
-                self.ctl.stop()
-                self.ctl.alloc.procs.stop().get()
+                alloc = self.ctl.alloc
+                self.ctl.stop()   # ends a multi-host job, and with it its hosts' procs
+                if alloc.job is None:
+                    alloc.procs.stop().get()
             except Exception as e:  # noqa: BLE001 - closing goes on past a dead slot
                 log.warning("close: stopping the slots: %s", e)
             self.ctl = None

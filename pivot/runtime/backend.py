@@ -27,6 +27,10 @@ import gin
 from pivot.config.validation import check_range, fail
 
 KINDS = ("cpu", "cuda")
+CUDA_TRAINER = False
+"""Whether the trainer runs on CUDA devices (issue 15, item 3). Not yet: ``pivot.roles.
+trainer.Trainer`` builds its model on the CPU of its slot and joins gloo groups, so a
+``cuda`` run would train a paper-size policy on host CPUs; ``check`` refuses it instead."""
 _CLUSTER_DOC = "README.md, 'Running on a cluster'"
 
 
@@ -126,6 +130,11 @@ class Backend:
         if errors:
             fail("Backend", f"{self.kind} x {self.hosts} hosts x {per_host} devices",
                  "; ".join(errors) + f"{src}")
+        if self.kind == "cuda" and not CUDA_TRAINER:
+            fail("Backend.kind", self.kind,
+                 f"the trainer does not run on CUDA devices yet (it builds on the slot's CPU "
+                 f"and joins gloo groups; STATUS.md, 'Cluster backend'){src}; what runs on a "
+                 f"GPU today is launchers/gpu_check.py")
 
     def check_host_share(self, devices: int, gb_per_slot: float, memory_budget_gb: float,
                          *, where: str = "") -> None:
