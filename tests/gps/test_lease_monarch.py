@@ -19,7 +19,14 @@ from pivot.errors import StateError
 from pivot.gps.layout import ParallelLayout, plan_storage, qwen3_model
 from pivot.testing.gps import expected_shard, random_state
 
-pytestmark = [pytest.mark.monarch, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.monarch, pytest.mark.slow,
+    # In a full session the SIGKILLed writer's link times out ~30 s later and the pytest
+    # process then died silently a few modules on (twice, at the same test); until that is
+    # isolated (a subprocess per kill test), these run only on request.
+    pytest.mark.skipif(os.environ.get("PIVOT_KILL_TESTS") != "1",
+                       reason="kills a proc; set PIVOT_KILL_TESTS=1 (run alone: see module)"),
+]
 
 M = qwen3_model("policy", layers=4, hidden=256, intermediate=512, heads=4, kv_heads=2,
                 head_dim=64, vocab=512)
