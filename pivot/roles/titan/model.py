@@ -15,13 +15,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from pivot.errors import ConfigError
-from pivot.roles.engine.config import read_hf_config
+from pivot.roles.titan.hf_shape import DenseShape
 
 logger = logging.getLogger(__name__)
 
@@ -29,83 +28,22 @@ __all__ = ["Qwen3Shape", "build_qwen3", "qwen3_model_config"]
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
-class Qwen3Shape:
+class Qwen3Shape(DenseShape):
     """The fields of a HF ``Qwen3Config`` that decide the torchtitan model (dense only)."""
 
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    rope_theta: float
-    rms_norm_eps: float
-    tie_word_embeddings: bool
-    max_position_embeddings: int
+    MODEL_TYPE: ClassVar[str] = "qwen3"
+    LABEL: ClassVar[str] = "Qwen3"
+    DEFAULT_MAX_POSITIONS: ClassVar[int] = 40960
+    WRONG_TYPE: ClassVar[str] = "only dense 'qwen3' is supported by the torchtitan trainer"
 
     @classmethod
-    def from_hf(cls, source: str | Path | Mapping[str, Any]) -> "Qwen3Shape":
-        """Reads a HF model folder (its ``config.json``), a ``config.json`` path or a dict.
-
-        Raises ConfigError naming the file when ``config.json`` is missing or malformed
-        (``read_hf_config``), and naming the field when the config is not a dense Qwen3 that
-        this builder reproduces exactly (attention bias, sliding window, non-default RoPE).
-        """
-        if isinstance(source, Mapping):
-            cfg, where = dict(source), "the given config dict"
-        else:
-            # The same reader as the engine's model check: a missing, truncated or
-            # non-object config.json is a ConfigError naming the file and the fix.
-            cfg, path = read_hf_config(source)
-            where = str(path)
-
-        def need(name: str) -> Any:
-            if name not in cfg:
-                raise ConfigError(f"Qwen3 config ({where}): field {name!r} is missing; "
-                                  f"save the config with transformers' Qwen3Config")
-            return cfg[name]
-
-        model_type = cfg.get("model_type", "qwen3")
-        if model_type != "qwen3":
-            raise ConfigError(f"Qwen3 config ({where}): model_type is {model_type!r}; only "
-                              f"dense 'qwen3' is supported by the torchtitan trainer")
+    def _refuse(cls, cfg: Mapping[str, Any], label: str) -> None:
         if cfg.get("attention_bias", False):
-            raise ConfigError(f"Qwen3 config ({where}): attention_bias=True is not supported "
-                              f"(torchtitan's Qwen3 has no q/k/v bias); set it to false")
+            raise ConfigError(f"{label}: attention_bias=True is not supported (torchtitan's "
+                              f"Qwen3 has no q/k/v bias); set it to false")
         if cfg.get("use_sliding_window", False):
-            raise ConfigError(f"Qwen3 config ({where}): use_sliding_window=True is not "
-                              f"supported; set it to false")
-        rope = cfg.get("rope_parameters") or {}
-        rope_type = rope.get("rope_type", (cfg.get("rope_scaling") or {}).get("rope_type",
-                                                                             "default"))
-        if rope_type != "default":
-            raise ConfigError(f"Qwen3 config ({where}): rope_type {rope_type!r} is not "
-                              f"supported; only 'default' RoPE matches CosSinRoPE")
-        theta = rope.get("rope_theta", cfg.get("rope_theta"))
-        if theta is None:
-            raise ConfigError(f"Qwen3 config ({where}): no rope_theta in rope_parameters "
-                              f"nor at top level")
-        hidden, heads = int(need("hidden_size")), int(need("num_attention_heads"))
-        head_dim = cfg.get("head_dim") or hidden // heads
-        shape = cls(
-            vocab_size=int(need("vocab_size")),
-            hidden_size=hidden,
-            intermediate_size=int(need("intermediate_size")),
-            num_hidden_layers=int(need("num_hidden_layers")),
-            num_attention_heads=heads,
-            num_key_value_heads=int(cfg.get("num_key_value_heads") or heads),
-            head_dim=int(head_dim),
-            rope_theta=float(theta),
-            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            max_position_embeddings=int(cfg.get("max_position_embeddings", 40960)),
-        )
-        if shape.num_attention_heads % shape.num_key_value_heads != 0:
-            raise ConfigError(f"Qwen3 config ({where}): num_attention_heads="
-                              f"{shape.num_attention_heads} is not a multiple of "
-                              f"num_key_value_heads={shape.num_key_value_heads}")
-        return shape
+            raise ConfigError(f"{label}: use_sliding_window=True is not supported; set it to "
+                              f"false")
 
 
 def qwen3_model_config(shape: Qwen3Shape, max_seq_len: int | None = None):

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ClassVar
 
 from pivot.errors import ConfigError
+from pivot.roles.titan.hf_shape import DenseShape
 
 __all__ = ["QWEN2_5", "QWEN2_5_0_5B", "QWEN2_5_1_5B", "QWEN2_5_7B", "Qwen2Shape"]
 
@@ -87,83 +87,25 @@ QWEN2_5 = MappingProxyType({"0.5B": QWEN2_5_0_5B, "1.5B": QWEN2_5_1_5B, "7B": QW
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
-class Qwen2Shape:
+class Qwen2Shape(DenseShape):
     """The fields of a HF ``Qwen2Config`` that decide the model (dense, full attention)."""
 
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    rope_theta: float
-    rms_norm_eps: float
-    tie_word_embeddings: bool
-    max_position_embeddings: int
+    MODEL_TYPE: ClassVar[str] = "qwen2"
+    LABEL: ClassVar[str] = "Qwen2"
+    DEFAULT_MAX_POSITIONS: ClassVar[int] = 32768
+    WRONG_TYPE: ClassVar[str] = ("this builder takes 'qwen2' (Qwen2, Qwen2.5); use "
+                                 "pivot.roles.titan.model for 'qwen3'")
 
     @classmethod
-    def from_hf(cls, source: str | Path | Mapping[str, Any]) -> "Qwen2Shape":
-        """Reads a HF model folder (its ``config.json``), a ``config.json`` path or a dict.
-
-        Raises ConfigError naming the file and field when the config is not a dense,
-        full-attention Qwen2 with default RoPE and SiLU (what this builder reproduces).
-        """
-        if isinstance(source, Mapping):
-            cfg, where = dict(source), "the given config dict"
-        else:
-            from pivot.roles.engine.config import read_hf_config
-
-            cfg, path = read_hf_config(source)
-            where = str(path)
-
-        def need(name: str) -> Any:
-            if cfg.get(name) is None:
-                raise ConfigError(f"Qwen2 config ({where}): field {name!r} is missing; "
-                                  f"save the config with transformers' Qwen2Config")
-            return cfg[name]
-
-        model_type = cfg.get("model_type", "qwen2")
-        if model_type != "qwen2":
-            raise ConfigError(f"Qwen2 config ({where}): model_type is {model_type!r}; this "
-                              f"builder takes 'qwen2' (Qwen2, Qwen2.5); use "
-                              f"pivot.roles.titan.model for 'qwen3'")
+    def _refuse(cls, cfg: Mapping[str, Any], label: str) -> None:
         if cfg.get("hidden_act", "silu") != "silu":
-            raise ConfigError(f"Qwen2 config ({where}): hidden_act {cfg['hidden_act']!r} is "
-                              f"not supported; torchtitan's FeedForward is SwiGLU ('silu')")
+            raise ConfigError(f"{label}: hidden_act {cfg['hidden_act']!r} is not supported; "
+                              f"torchtitan's FeedForward is SwiGLU ('silu')")
         layer_types = cfg.get("layer_types") or []
         if cfg.get("use_sliding_window", False) or any(t != "full_attention"
                                                        for t in layer_types):
-            raise ConfigError(f"Qwen2 config ({where}): sliding-window layers are not "
-                              f"supported; set use_sliding_window to false")
-        rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
-        rope_type = rope.get("rope_type", rope.get("type", "default"))
-        if rope_type != "default":
-            raise ConfigError(f"Qwen2 config ({where}): rope_type {rope_type!r} is not "
-                              f"supported; only 'default' RoPE matches CosSinRoPE")
-        theta = rope.get("rope_theta", cfg.get("rope_theta"))
-        if theta is None:
-            raise ConfigError(f"Qwen2 config ({where}): no rope_theta in rope_parameters "
-                              f"nor at top level")
-        hidden, heads = int(need("hidden_size")), int(need("num_attention_heads"))
-        shape = cls(
-            vocab_size=int(need("vocab_size")),
-            hidden_size=hidden,
-            intermediate_size=int(need("intermediate_size")),
-            num_hidden_layers=int(need("num_hidden_layers")),
-            num_attention_heads=heads,
-            num_key_value_heads=int(cfg.get("num_key_value_heads") or heads),
-            head_dim=int(cfg.get("head_dim") or hidden // heads),
-            rope_theta=float(theta),
-            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            max_position_embeddings=int(cfg.get("max_position_embeddings", 32768)),
-        )
-        if shape.num_attention_heads % shape.num_key_value_heads != 0:
-            raise ConfigError(f"Qwen2 config ({where}): num_attention_heads="
-                              f"{shape.num_attention_heads} is not a multiple of "
-                              f"num_key_value_heads={shape.num_key_value_heads}")
-        return shape
+            raise ConfigError(f"{label}: sliding-window layers are not supported; set "
+                              f"use_sliding_window to false")
 
     def hf_param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Every tensor of the HF checkpoint, by HF name (``lm_head`` only when untied)."""
