@@ -96,7 +96,8 @@ def bench_fsdp(hf, batch, repeats: int, procs_n: int = 2) -> dict:
     from monarch.actor import this_host
     from monarch.spmd import setup_torch_elastic_env
 
-    from pivot.roles.trainer import Trainer, TrainerActor
+    from pivot.roles.trainer import Trainer
+    from pivot.roles.trainer_actor import TrainerActor
 
     t0 = time.perf_counter()
     procs = this_host().spawn_procs(per_host={"procs": procs_n})

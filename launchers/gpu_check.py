@@ -14,6 +14,11 @@ b. A GRPO step and a shift (sec. 5.2, 8.1): the Qwen2 trainer model at Qwen2.5-0
    memory (``HostStash``) and back; ``torch.cuda.mem_get_info`` before and after says
    how much device memory was really returned; everything must come back bit-exact, and
    the next step must give the same loss as the same step with no offload.
+c. The product's trainer (``pivot.roles.trainer.Trainer``, ``launchers/gpu_check_trainer.py``):
+   bf16, built on the meta device, filled by rows from a safetensors checkpoint, a GRPO
+   step, a shift down (offload + release) with the device memory returned and a shift up
+   whose log-probs equal the checkpoint's bit for bit. Skipped where torchtitan does not
+   import.
 
 The model is torchtitan's (``pivot.roles.titan.qwen2``) when torchtitan imports and runs
 on this torch; otherwise transformers' ``Qwen2ForCausalLM`` (same maths; the JSON says
@@ -23,7 +28,7 @@ GPU machine has none); a part that fails is recorded in the JSON and the other s
 Without CUDA it exits with code 2, unless ``--cpu_dry_run``: then the same code paths run
 on tiny shapes on the CPU, in plain (unpinned) memory, so CI runs them.
 
-    python launchers/gpu_check.py [--out results/gpu/gpu_check.json] [--only bandwidth|step]
+    python launchers/gpu_check.py [--out results/gpu/gpu_check.json] [--only bandwidth|step|trainer]
                                   [--model auto|torchtitan|transformers] [--repeats 5]
     python launchers/gpu_check.py --cpu_dry_run --out /tmp/gpu_check.json
 
@@ -422,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(REPO / "results" / "gpu" / "gpu_check.json"))
     ap.add_argument("--cpu_dry_run", action="store_true",
                     help="no GPU: run the same code on tiny shapes on the CPU (for CI)")
-    ap.add_argument("--only", choices=("bandwidth", "step"), default=None)
+    ap.add_argument("--only", choices=("bandwidth", "step", "trainer"), default=None)
     ap.add_argument("--model", choices=("auto", "torchtitan", "transformers"), default="auto",
                     help="the step's model: torchtitan's Qwen2, transformers', or the first "
                          "that works (default)")
@@ -474,7 +479,14 @@ def run(setup: Setup, args: argparse.Namespace) -> int:
         out.write_text(json.dumps(res, indent=1, default=str))
     if args.only in (None, "step"):
         section(res, "grpo_shift", grpo_shift, setup, args.model)
+        out.write_text(json.dumps(res, indent=1, default=str))
+    if args.only in (None, "trainer"):
+        from launchers.gpu_check_trainer import trainer_check, trainer_checks
+
+        section(res, "trainer", trainer_check, setup, grpo_batch)
     res["checks"] = checks(res)
+    if "trainer" in res:
+        res["checks"].update(trainer_checks(res["trainer"]))
     res["passed"] = all(res["checks"].values())
     res["seconds"] = time.perf_counter() - t0
     out.write_text(json.dumps(res, indent=1, default=str))

@@ -59,6 +59,54 @@ def gloo_side_group(store: Any, rank: int, size: int, name: str,
     return pg
 
 
+def nccl_side_group(store: Any, rank: int, size: int, name: str,
+                    timeout_s: float = 120.0) -> Any:
+    """The NCCL twin of ``gloo_side_group``, on this process's current CUDA device.
+
+    Written from the same c10d calls as the gloo group (``ProcessGroupNCCL`` registered
+    for the ``cuda`` device type); it has not run here: no GPU was at hand (STATUS.md,
+    cluster backend), and ``Backend.CUDA_TRAINER`` keeps ``cuda`` runs refused.
+    """
+    import torch
+    import torch.distributed as dist
+    from torch._C._distributed_c10d import ProcessGroup
+    from torch.distributed.distributed_c10d import _register_pg_in_world
+
+    if not dist.is_nccl_available():
+        from pivot.errors import ConfigError
+
+        raise ConfigError(f"nccl_side_group: this torch ({torch.__version__}) has no NCCL "
+                          f"(a CPU build); use Backend.kind = 'cpu' (gloo) or install CUDA "
+                          f"torch (README.md, 'Running on a cluster')")
+    opts = dist.ProcessGroupNCCL.Options()
+    opts._timeout = timedelta(seconds=timeout_s)
+    backend = dist.ProcessGroupNCCL(store, rank, size, opts)
+    backend._set_sequence_number_for_group()
+    pg = ProcessGroup(store, rank, size)
+    pg._set_default_backend(ProcessGroup.BackendType.NCCL)
+    pg._register_backend(torch.device("cuda"), ProcessGroup.BackendType.NCCL, backend)
+    pg._set_group_name(name)
+    pg._set_group_desc(name)
+    _register_pg_in_world(pg, backend_name="nccl", store=store, group_name=name,
+                          backend_config="cuda:nccl",
+                          rank_mapping={r: r for r in range(size)})
+    return pg
+
+
+SIDE_GROUPS = {"gloo": gloo_side_group, "nccl": nccl_side_group}
+
+
+def side_group(backend: str, store: Any, rank: int, size: int, name: str,
+               timeout_s: float = 120.0) -> Any:
+    """``gloo_side_group`` or ``nccl_side_group`` by ``Backend.dist``."""
+    if backend not in SIDE_GROUPS:
+        from pivot.errors import ConfigError
+
+        raise ConfigError(f"side_group: backend {backend!r} is not one of "
+                          f"{sorted(SIDE_GROUPS)} (Backend.dist)")
+    return SIDE_GROUPS[backend](store, rank, size, name, timeout_s)
+
+
 def destroy_side_group(pg: Any) -> None:
     """Shuts a group from ``gloo_side_group`` down and removes it from c10d's registry."""
     import torch.distributed as dist
@@ -66,8 +114,8 @@ def destroy_side_group(pg: Any) -> None:
     dist.destroy_process_group(pg)
 
 
-def side_group_mesh(pg: Any, dim_name: str = "fsdp") -> Any:
-    """A 1-D CPU ``DeviceMesh`` over ``pg`` whose coordinate is ``pg.rank()``.
+def side_group_mesh(pg: Any, dim_name: str = "fsdp", device_type: str = "cpu") -> Any:
+    """A 1-D ``DeviceMesh`` of ``device_type`` over ``pg`` whose coordinate is ``pg.rank()``.
 
     ``DeviceMesh.from_group`` would read this process's rank from the default group (vLLM's
     world of 1, rank 0 in every slot); the mesh is built with ``_rank`` given instead and
@@ -79,7 +127,7 @@ def side_group_mesh(pg: Any, dim_name: str = "fsdp") -> Any:
     import torch
     from torch.distributed.device_mesh import DeviceMesh
 
-    mesh = DeviceMesh("cpu", torch.arange(pg.size(), dtype=torch.int),
+    mesh = DeviceMesh(device_type, torch.arange(pg.size(), dtype=torch.int),
                       mesh_dim_names=(f"{dim_name}_{pg.group_name}",), _init_backend=False,
                       _rank=pg.rank())
     mesh._dim_group_names = [pg.group_name]
@@ -88,4 +136,4 @@ def side_group_mesh(pg: Any, dim_name: str = "fsdp") -> Any:
 
 
 __all__ = ["TORCH_VERSION", "WRITTEN_FOR", "destroy_side_group", "gloo_side_group",
-           "side_group_mesh"]
+           "nccl_side_group", "side_group", "side_group_mesh"]

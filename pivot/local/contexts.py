@@ -105,6 +105,12 @@ class SlotTrainerContext:
     seed: int
     warmup_rows: int = 128
     warmup_len: int = 96
+    device: str = "cpu"
+    """``Backend.device_type``: the slot's CPU, or its one visible GPU."""
+    precision: str = "fp32"
+    """``Backend.precision`` (``Trainer.Config.precision``)."""
+    dist: str = "gloo"
+    """``Backend.dist``: the training replica's process group backend."""
     timings: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -114,9 +120,10 @@ class SlotTrainerContext:
 
         self.role = Role.TRAINING
         self.model = MODEL_OF_ROLE[Role.TRAINING]
-        self.device = int(os.environ.get("PIVOT_SLOT_DEVICE", "0"))  # set by SlotActor
+        self.slot = int(os.environ.get("PIVOT_SLOT_DEVICE", "0"))  # set by SlotActor
         cfg = Trainer.Config(model=self.model_dir, max_seq_len=self.max_seq_len,
-                             seed=self.seed, optimizer=Trainer.Optimizer(lr=self.lr))
+                             seed=self.seed, optimizer=Trainer.Optimizer(lr=self.lr),
+                             device=self.device, precision=self.precision)
         self.trainer = Trainer(cfg)
         self.trainer.setup()
         if self.warmup_rows > 0:
@@ -161,7 +168,7 @@ class SlotTrainerContext:
         old = self.group
         if old is not None and old.spec.key == spec.key:
             return {"join_group": 0.0}   # preserved: the same slots as last time
-        new = JoinedGroup.join(spec, self.device)
+        new = JoinedGroup.join(spec, self.slot, backend=self.dist)
         phases = {"join_group": time.perf_counter() - t}
         if old is not None:
             old.close()

@@ -132,7 +132,8 @@ class LocalStack:
         factories: dict[Role, Any] = {
             r: GeneratorFactory(r, ecfg[r], self.source, cores) for r in INFERENCE_ROLES}
         factories[Role.TRAINING] = functools.partial(
-            SlotTrainerContext, self.policy_dir, self.lr, self.max_model_len, self.seed)
+            SlotTrainerContext, self.policy_dir, self.lr, self.max_model_len, self.seed,
+            device=g.backend.device_type, precision=g.backend.precision, dist=g.backend.dist)
         t = time.perf_counter()
         # engine start-up under load takes minutes on 2 shared cores: a long call timeout
         per_host = g.backend.per_host(g.devices)

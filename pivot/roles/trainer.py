@@ -1,7 +1,10 @@
-"""The training role: torchtitan Qwen3 / Qwen2 + GRPO on FSDP2 over gloo (sec. 5.2, 8.1).
+"""The training role: torchtitan Qwen3 / Qwen2 + GRPO on FSDP2 (sec. 5.2, 8.1).
 
-``Trainer`` is a plain class (usable and tested without Monarch); ``TrainerActor`` is a
-thin Monarch actor around it, one per training proc. Data flow of one RL step::
+``Trainer`` is a plain class that imports no Monarch (``pivot.roles.trainer_actor`` is the
+thin Monarch actor around it, one per training proc). It runs on the CPU over gloo, or on
+this process's GPU (``Config.device``) over the group it is given, in fp32 or bf16
+(``Config.precision``), built whole or on the meta device (``Config.meta_init``). Data
+flow of one RL step::
 
     GPS Read (HF names) --load_hf_state_dict--> model (FSDP2 shards)
     TrainBatch --compute_logprobs--> [B, L] log-probs (optional, e.g. for old_logprobs)
@@ -32,7 +35,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from monarch.actor import Actor, endpoint
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from pivot.errors import ConfigError, StateError
@@ -40,10 +42,11 @@ from pivot.losses.grpo import GRPOLoss, token_logprobs
 from pivot.roles.titan.batch import TrainBatch
 from pivot.roles.titan.context import HostStash, local_tensor, storage_bytes
 from pivot.roles.titan.family import family_of
+from pivot.roles.titan.sharding import build_on_meta, fully_shard_blocks, mixed_precision_policy
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Trainer", "TrainerActor", "TrainBatch"]
+__all__ = ["Trainer", "TrainBatch"]
 
 
 class Trainer:
@@ -71,6 +74,17 @@ class Trainer:
         loss: GRPOLoss.Config = field(default_factory=GRPOLoss.Config)
         fsdp: bool = True
         """Shard with FSDP2 when a process group of more than one rank is initialised."""
+        device: str = "cpu"
+        """``cpu``, or ``cuda``: this process's current CUDA device (a slot sees one GPU,
+        ``Backend.slot_env``). Batches are moved there; results come back on the CPU."""
+        precision: str = "fp32"
+        """``fp32``, or ``bf16``: fp32 master weights and AdamW state, bf16 compute
+        (``pivot.roles.titan.sharding``)."""
+        meta_init: bool = False
+        """Build on the meta device and allocate only this rank's shards; the weights are
+        undefined until loaded (a GPS Read, or ``load_hf_rows``). Off: the model is built
+        whole from ``seed`` and then sharded (the same initial weights on any rank count).
+        """
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -81,6 +95,8 @@ class Trainer:
                               f"{config.max_seq_len}")
         self.model_config = self.family.model_config(
             self.shape, min(config.max_seq_len, self.shape.max_position_embeddings))
+        self.device = _resolve_device(config.device)
+        self.mp_policy = mixed_precision_policy(config.precision)
         self.adapter = self.family.adapter(self.model_config)
         self.loss_fn = GRPOLoss(config.loss)
         self.model: torch.nn.Module | None = None
@@ -117,12 +133,21 @@ class Trainer:
         else:
             self.rank, self.world_size = 0, 1
         self.group = group
-        model = self.family.build(self.model_config, seed=self.config.seed)
-        if self.world_size > 1 and self.config.fsdp:
-            if mesh is None:
-                from torch.distributed.device_mesh import init_device_mesh
-                mesh = init_device_mesh("cpu", (self.world_size,), mesh_dim_names=("fsdp",))
-            _apply_fsdp(model, mesh)
+        sharded = self.world_size > 1 and self.config.fsdp
+        if sharded and mesh is None:
+            from torch.distributed.device_mesh import init_device_mesh
+            mesh = init_device_mesh(self.device.type, (self.world_size,),
+                                    mesh_dim_names=("fsdp",))
+        if self.config.meta_init:
+            model = build_on_meta(self.model_config, device=self.device,
+                                  seed=self.config.seed, mesh=mesh if sharded else None,
+                                  mp_policy=self.mp_policy)
+        else:
+            model = self.family.build(self.model_config, seed=self.config.seed)
+            model.to(self.device)
+            if sharded:
+                fully_shard_blocks(model, mesh, self.mp_policy)
+        self.sharded = sharded
         self.model = model
         self._stash, self._released = HostStash(), []
         opt = self.config.optimizer
@@ -166,17 +191,40 @@ class Trainer:
                 raise StateError(f"Trainer.load_hf_state_dict: {name} has shape "
                                  f"{tuple(titan[name].shape)}, the model expects "
                                  f"{tuple(p.shape)}")
-        for t, n in self._released:
-            local_tensor(t).untyped_storage().resize_(n)
-        self._released.clear()
+        self._restore_released()
         with torch.no_grad():
             for name, p in params.items():
-                src = titan[name].detach().to(dtype=p.dtype, device="cpu")
+                src = titan[name].detach().to(dtype=p.dtype, device=self.device)
                 if isinstance(p, DTensor):
                     src = distribute_tensor(src, p.device_mesh, p.placements,
                                             src_data_rank=None).to_local()
                 local_tensor(p).copy_(src)
         return {"trainer/load/seconds": time.perf_counter() - t0}
+
+    def load_hf_rows(self, reader: Any) -> dict[str, Any]:
+        """Fills this rank's shards from ``reader`` (``pivot.roles.titan.hf_shards``: a HF
+        checkpoint read by slices, or a Read's rows): each rank reads only its own rows of
+        every HF tensor, never a full one. Also brings back released parameters."""
+        from pivot.roles.titan.hf_shards import load_hf_shards
+
+        if self.model is None:
+            raise StateError("Trainer.load_hf_rows: call setup() first")
+        t0 = time.perf_counter()
+        self._restore_released()
+        n = load_hf_shards(self.model, self.adapter, reader)
+        return {"trainer/load/seconds": time.perf_counter() - t0, "trainer/load/bytes": n}
+
+    def hf_shards(self) -> list[Any]:
+        """This rank's rows of every HF tensor (``HFShard`` views, no copy, no collective):
+        the pieces of a per-rank Write; across ranks they cover every row exactly once."""
+        from pivot.roles.titan.hf_shards import hf_shards
+
+        return hf_shards(self._require_model("hf_shards"), self.adapter)
+
+    def _restore_released(self) -> None:
+        for t, n in self._released:
+            local_tensor(t).untyped_storage().resize_(n)
+        self._released.clear()
 
     def _fuse_qkv(self, titan: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Names of the state dict -> names of the parameters (fused ``wqkv``).
@@ -294,7 +342,12 @@ class Trainer:
         return batch.rows(slice(int(bounds[0]), int(bounds[-1]) + 1))
 
     def _logprobs(self, model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
-        return token_logprobs(model(ids), ids)
+        if self.mp_policy is not None and not self.sharded:  # one rank: bf16 by autocast
+            with torch.autocast(self.device.type, dtype=torch.bfloat16):
+                logits = model(ids)
+        else:
+            logits = model(ids)
+        return token_logprobs(logits, ids)
 
     def compute_logprobs(self, batch: TrainBatch) -> torch.Tensor:
         """[B, L] fp32 log-probs of ``batch.input_ids`` under the current weights.
@@ -306,16 +359,16 @@ class Trainer:
         batch.check(self.shape.vocab_size, self.model_config.layers[0].attention.rope.max_seq_len)
         mine = self._my_rows(batch)
         with torch.no_grad():
-            lp = self._logprobs(model, mine.input_ids.long())
+            lp = self._logprobs(model, mine.input_ids.long().to(self.device))
         if self.world_size == 1:
-            return lp
+            return lp.cpu()
         rows = torch.tensor_split(torch.arange(batch.num_rows), self.world_size)
         width = max(len(r) for r in rows)
-        padded = torch.zeros(width, lp.shape[1])
+        padded = lp.new_zeros(width, lp.shape[1])
         padded[: lp.shape[0]] = lp
         parts = [torch.empty_like(padded) for _ in range(self.world_size)]
         dist.all_gather(parts, padded, group=self.group)
-        return torch.cat([p[: len(r)] for p, r in zip(parts, rows)])
+        return torch.cat([p[: len(r)] for p, r in zip(parts, rows)]).cpu()
 
     def forward_backward(self, batch: TrainBatch, num_tokens: int | None = None
                          ) -> dict[str, float]:
@@ -335,7 +388,7 @@ class Trainer:
         if denom <= 0:
             raise ValueError("TrainBatch.response_mask selects no token; nothing to train on")
         t0 = time.perf_counter()
-        mine = self._my_rows(batch)
+        mine = self._my_rows(batch).to(self.device)
         model.train()
         saved: dict[int, int] = {}
 
@@ -381,78 +434,15 @@ class Trainer:
                 "trainer/optim/seconds": time.perf_counter() - t0}
 
 
-def _apply_fsdp(model: torch.nn.Module, mesh: Any) -> None:
-    """FSDP2 per transformer block and at the root, over ``mesh``'s (gloo) group."""
-    from torch.distributed.fsdp import fully_shard
+def _resolve_device(name: str) -> torch.device:
+    """``Trainer.Config.device`` -> this process's device (a slot sees one GPU)."""
+    if name == "cpu":
+        return torch.device("cpu")
+    if name == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError("Trainer.Config.device is 'cuda' but torch sees no GPU "
+                              f"(torch {torch.__version__}); use device='cpu' or a CUDA "
+                              f"build on a GPU host")
+        return torch.device("cuda", torch.cuda.current_device())
+    raise ConfigError(f"Trainer.Config.device must be 'cpu' or 'cuda', got {name!r}")
 
-    from pivot.compat.torchtitan import sum_reduction_over_gloo, use_partial_dtensor
-
-    use_partial_dtensor()  # spmd_types needs torch >= 2.14 (docs/stack.md)
-    for block in model.layers.values():
-        fully_shard(block, mesh=mesh, reshard_after_forward=True)
-    fully_shard(model, mesh=mesh, reshard_after_forward=True)
-    # gloo has no PREMUL_SUM / AVG; the loss is already over global tokens
-    sum_reduction_over_gloo(model)
-
-
-class TrainerActor(Actor):
-    """One training proc: a thin Monarch shell around ``Trainer`` (all endpoints sync).
-
-    Spawn on a proc mesh, call ``setup_torch_elastic_env(procs)`` from the controller,
-    then ``setup.call()``: it joins the gloo group (when the mesh has more than one proc)
-    and builds the FSDP2 model. Every other endpoint is collective: call it on all ranks.
-    """
-
-    def __init__(self, config: Trainer.Config) -> None:
-        self.trainer = Trainer(config)
-
-    @endpoint
-    def setup(self) -> dict[str, Any]:
-        import os
-
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        if world > 1 and not dist.is_initialized():
-            t0 = time.perf_counter()
-            dist.init_process_group("gloo")
-            logger.info("rank %d/%d joined gloo in %.2fs", dist.get_rank(), world,
-                        time.perf_counter() - t0)
-        return self.trainer.setup()
-
-    @endpoint
-    def load_hf_state_dict(self, hf_state_dict: dict[str, torch.Tensor]) -> dict[str, Any]:
-        return self.trainer.load_hf_state_dict(hf_state_dict)
-
-    @endpoint
-    def compute_logprobs(self, batch: TrainBatch) -> torch.Tensor:
-        return self.trainer.compute_logprobs(batch)
-
-    @endpoint
-    def forward_backward(self, batch: TrainBatch, num_tokens: int | None = None
-                         ) -> dict[str, float]:
-        return self.trainer.forward_backward(batch, num_tokens)
-
-    @endpoint
-    def optim_step(self) -> dict[str, float]:
-        return self.trainer.optim_step()
-
-    @endpoint
-    def state_dict_hf(self, only_rank0: bool = False) -> dict[str, torch.Tensor]:
-        """Full HF tensors on every rank, or only on rank 0 (the others return {})."""
-        sd = self.trainer.state_dict_hf()
-        return {} if only_rank0 and self.trainer.rank != 0 else sd
-
-    @endpoint
-    def offload(self) -> dict[str, Any]:
-        return self.trainer.offload()
-
-    @endpoint
-    def reload(self) -> dict[str, Any]:
-        return self.trainer.reload()
-
-    @endpoint
-    def release_parameters(self) -> dict[str, Any]:
-        return self.trainer.release_parameters()
-
-    @endpoint
-    def context_items(self) -> list[tuple[str, str, int]]:
-        return self.trainer.context_items()

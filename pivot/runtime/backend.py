@@ -28,9 +28,10 @@ from pivot.config.validation import check_range, fail
 
 KINDS = ("cpu", "cuda")
 CUDA_TRAINER = False
-"""Whether the trainer runs on CUDA devices (issue 15, item 3). Not yet: ``pivot.roles.
-trainer.Trainer`` builds its model on the CPU of its slot and joins gloo groups, so a
-``cuda`` run would train a paper-size policy on host CPUs; ``check`` refuses it instead."""
+"""Whether a ``cuda`` run is allowed (issue 15). The trainer is written for it (its slot's
+GPU, bf16, meta-device build, NCCL side groups: ``pivot.roles.trainer``,
+``pivot.compat.torch_dist.nccl_side_group``) but has never run on a GPU, and neither has
+``VllmSleepMemory``; ``check`` refuses every ``cuda`` run until a GPU run checks them."""
 _CLUSTER_DOC = "README.md, 'Running on a cluster'"
 
 
@@ -78,6 +79,12 @@ class Backend:
     def dtype(self) -> str:
         """Engine and trainer compute dtype (fp32 on CPU: docs/stack.md)."""
         return "bfloat16" if self.kind == "cuda" else "float32"
+
+    @property
+    def precision(self) -> str:
+        """The trainer's ``Trainer.Config.precision``: bf16 compute with fp32 master
+        weights on GPUs, fp32 on the CPU."""
+        return "bf16" if self.kind == "cuda" else "fp32"
 
     @property
     def sleep_mode(self) -> bool:

@@ -39,7 +39,7 @@ def test_a_side_group_beside_a_world_of_one_serves_dtensor_and_is_destroyed(tmp_
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'w1'}", rank=0,
                             world_size=1)
     try:
-        pg = td.gloo_side_group(dist.HashStore(), 0, 1, "side-test")
+        pg = td.side_group("gloo", dist.HashStore(), 0, 1, "side-test")
         mesh = td.side_group_mesh(pg)
         assert mesh.get_local_rank(0) == 0 and mesh.get_group(0) is pg
         x = torch.arange(6.0).reshape(3, 2)
@@ -52,3 +52,13 @@ def test_a_side_group_beside_a_world_of_one_serves_dtensor_and_is_destroyed(tmp_
         assert pg not in dist.distributed_c10d._world.pg_map
     finally:
         dist.destroy_process_group()
+
+
+def test_a_side_group_names_its_backend_and_nccl_needs_a_cuda_torch():
+    from pivot.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="not one of"):
+        td.side_group("mpi", dist.HashStore(), 0, 1, "side-bad")
+    if not dist.is_nccl_available():
+        with pytest.raises(ConfigError, match="has no NCCL"):
+            td.side_group("nccl", dist.HashStore(), 0, 1, "side-nccl")

@@ -108,6 +108,10 @@ def test_nothing_it_imports_pulls_in_vllm_monarch_or_nixl(tmp_path, blocked, imp
     res = json.loads(out.read_text())
     assert res["passed"] is True
     assert res["grpo_shift"]["implementation"].startswith(implementation)
+    # the product's trainer is torchtitan's: without it that part says why it was skipped
+    assert ("skipped" in res["trainer"]) == ("torchtitan" in blocked), res["trainer"]
+    assert ("trainer_round_trip_logprobs_exact" in res["checks"]) == (
+        "torchtitan" not in blocked)
 
 
 def test_a_torchtitan_that_fails_on_this_torch_falls_back_or_is_reported(tmp_path, monkeypatch):

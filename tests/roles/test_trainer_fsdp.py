@@ -24,7 +24,8 @@ def fsdp_trainers(hf_model):
     from monarch.actor import this_host
     from monarch.spmd import setup_torch_elastic_env
 
-    from pivot.roles.trainer import Trainer, TrainerActor
+    from pivot.roles.trainer import Trainer
+    from pivot.roles.trainer_actor import TrainerActor
 
     hf = hf_model()
     procs = this_host().spawn_procs(per_host={"procs": 2})
@@ -99,7 +100,8 @@ def test_each_rank_holds_half_the_parameters_and_they_can_be_released(
 
 def test_tied_embeddings_shard_and_train_like_a_single_process(
         fsdp_trainers, hf_model, hf_logprobs, make_batch, make_trainer):
-    from pivot.roles.trainer import Trainer, TrainerActor
+    from pivot.roles.trainer import Trainer
+    from pivot.roles.trainer_actor import TrainerActor
 
     _, _, procs = fsdp_trainers  # same procs: the gloo group is already up
     hf = hf_model(tie=True)

@@ -13,10 +13,10 @@ from pivot.runtime.backend import Backend, fit_errors, visible_gpus
 
 def test_cpu_and_cuda_differ_only_in_their_fields():
     cpu, cuda = Backend("cpu"), Backend("cuda")
-    assert (cpu.device_type, cpu.dist, cpu.dtype, cpu.sleep_mode) == (
-        "cpu", "gloo", "float32", False)
-    assert (cuda.device_type, cuda.dist, cuda.dtype, cuda.sleep_mode) == (
-        "cuda", "nccl", "bfloat16", True)
+    assert (cpu.device_type, cpu.dist, cpu.dtype, cpu.precision, cpu.sleep_mode) == (
+        "cpu", "gloo", "float32", "fp32", False)
+    assert (cuda.device_type, cuda.dist, cuda.dtype, cuda.precision, cuda.sleep_mode) == (
+        "cuda", "nccl", "bfloat16", "bf16", True)
 
 
 def test_an_unknown_kind_names_the_binding_and_the_choices():

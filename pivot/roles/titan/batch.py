@@ -85,3 +85,9 @@ class TrainBatch:
         return TrainBatch(self.input_ids[index], self.response_mask[index],
                           self.advantages[index], pick(self.old_logprobs),
                           pick(self.policy_version))
+
+    def to(self, device: torch.device) -> "TrainBatch":
+        """The batch on ``device`` (the trainer's; policy versions stay on the host)."""
+        move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
+        return TrainBatch(move(self.input_ids), move(self.response_mask),
+                          move(self.advantages), move(self.old_logprobs), self.policy_version)

@@ -103,21 +103,26 @@ class JoinedGroup:
     join_s: float = 0.0
 
     @classmethod
-    def join(cls, spec: GroupSpec, device: int, timeout_s: float = 120.0) -> "JoinedGroup":
-        """Connects to the other ranks (blocks until all of ``spec.devices`` joined)."""
+    def join(cls, spec: GroupSpec, device: int, timeout_s: float = 120.0,
+             backend: str = "gloo") -> "JoinedGroup":
+        """Connects to the other ranks (blocks until all of ``spec.devices`` joined).
+
+        ``backend`` is ``Backend.dist``: gloo over the slots' CPUs, or NCCL over their
+        GPUs (each slot's one visible GPU, ``torch.cuda.current_device()``)."""
         rank = spec.rank_of(device)
         if spec.size == 1:
             return cls(spec, rank)
         import torch.distributed as dist
 
-        from pivot.compat.torch_dist import gloo_side_group, side_group_mesh
+        from pivot.compat.torch_dist import side_group, side_group_mesh
 
         t = time.perf_counter()
         store = dist.TCPStore(spec.host, spec.port, is_master=False,
                               timeout=timedelta(seconds=timeout_s))
-        pg = gloo_side_group(dist.PrefixStore(f"{spec.key}/", store), rank, spec.size,
-                             spec.key, timeout_s)
-        return cls(spec, rank, pg, side_group_mesh(pg), time.perf_counter() - t)
+        pg = side_group(backend, dist.PrefixStore(f"{spec.key}/", store), rank, spec.size,
+                        spec.key, timeout_s)
+        mesh = side_group_mesh(pg, device_type="cuda" if backend == "nccl" else "cpu")
+        return cls(spec, rank, pg, mesh, time.perf_counter() - t)
 
     def close(self) -> None:
         if self.pg is not None:

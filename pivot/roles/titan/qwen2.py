@@ -21,18 +21,16 @@ then allocates; each rank then fills its own shard (``pivot.roles.titan.hf_shard
 from __future__ import annotations
 
 import dataclasses
-import logging
 
 import torch
 from torchtitan.models.qwen3 import Qwen3StateDictAdapter
 
 from pivot.roles.titan.model import Qwen3Shape, qwen3_model_config
 from pivot.roles.titan.qwen2_config import Qwen2Shape
+from pivot.roles.titan.sharding import build_on_meta
 
-logger = logging.getLogger(__name__)
-
-__all__ = ["Qwen2Shape", "Qwen2StateDictAdapter", "build_qwen2", "fully_shard_blocks",
-           "qwen2_model_config", "state_dict_adapter"]
+__all__ = ["Qwen2Shape", "Qwen2StateDictAdapter", "build_qwen2", "qwen2_model_config",
+           "state_dict_adapter"]
 
 
 def qwen2_model_config(shape: Qwen2Shape, max_seq_len: int | None = None):
@@ -71,50 +69,10 @@ def state_dict_adapter(model_config):
     return Qwen2StateDictAdapter(model_config, None)
 
 
-def fully_shard_blocks(model: torch.nn.Module, mesh, mp_policy=None,
-                       reshard_after_forward: bool = True) -> None:
-    """FSDP2 per transformer block and at the root over ``mesh`` (1-D).
-
-    On gloo also makes every FSDP module reduce by plain SUM (gloo has no PREMUL_SUM or
-    AVG): the caller then normalises the loss by the global token count.
-    """
-    import torch.distributed as dist
-    from torch.distributed.fsdp import fully_shard
-
-    from pivot.compat.torchtitan import sum_reduction_over_gloo, use_partial_dtensor
-
-    use_partial_dtensor()
-    kw = {"mesh": mesh, "reshard_after_forward": reshard_after_forward}
-    if mp_policy is not None:
-        kw["mp_policy"] = mp_policy
-    for block in model.layers.values():
-        fully_shard(block, **kw)
-    fully_shard(model, **kw)
-    if dist.get_backend(mesh.get_group(0)) == "gloo":
-        sum_reduction_over_gloo(model)
-
-
 def build_qwen2(model_config, *, device: str | torch.device = "cpu", seed: int = 0,
                 mesh=None, mp_policy=None) -> torch.nn.Module:
-    """Builds on the meta device, shards with FSDP2 over ``mesh`` (if given), then
-    allocates on ``device`` and initialises (random weights from ``seed``, RoPE buffers).
-
-    Nothing full-size is ever allocated on a rank: with a mesh each rank holds its dim-0
-    chunk of every parameter; fill it with ``hf_shards.load_hf_shards``.
-    """
-    device = torch.device(device)
-    with torch.device("meta"):
-        model = model_config.build()
-    if mesh is not None:
-        fully_shard_blocks(model, mesh, mp_policy)
-    model.to_empty(device=device)
-    rng_devices = [] if device.type == "cpu" else [device.index or 0]
-    with torch.random.fork_rng(devices=rng_devices,
-                               device_type="cuda" if device.type == "cpu" else device.type):
-        torch.manual_seed(seed)
-        model.init_states(buffer_device=device)
-    n = sum(p.numel() for p in model.parameters())
-    logger.info("built torchtitan Qwen2 on %s: %d layers, dim %d, %.2fM parameters%s",
-                device, len(model.layers), model_config.dim, n / 1e6,
-                " (FSDP2)" if mesh is not None else "")
-    return model
+    """A Qwen2 built on the meta device, sharded with FSDP2 over ``mesh`` (if given), then
+    allocated on ``device`` (``pivot.roles.titan.sharding.build_on_meta``); fill each
+    rank's shards with ``hf_shards.load_hf_shards``."""
+    return build_on_meta(model_config, device=device, seed=seed, mesh=mesh,
+                         mp_policy=mp_policy)
