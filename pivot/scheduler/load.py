@@ -173,6 +173,13 @@ class WhatIfLoad(LoadArrays):
         self.record_actions = record_actions
         self._base: list[Mapping[int, int]] = [r.running for r in load.replicas]
         self._own: dict[int, dict[int, int]] = {}
+        self._pending: list[tuple[bool, list]] = []
+        """Placements (``_dispatch_plain``) and moves (``_migrate_compiled``) not yet
+        written to the sequence maps, in order: (True, [(replica, seq id, length)]) or
+        (False, [(length << 32 | seq id, source, destination)]). The planner's shift-up
+        evaluation only reads the load arrays and the heap pool, so the maps are brought
+        up to date (``_flush``, the same dict operations in the same order) only when
+        something reads or changes them."""
         self._heaps: dict[int, list[tuple[int, int]]] = {}
         self._alive: np.ndarray | None = None
         """Live replicas, once one was removed (``_remove_replicas``)."""
@@ -191,12 +198,44 @@ class WhatIfLoad(LoadArrays):
         heapq.heapify(self._queue)
 
     def running(self, i: int) -> Mapping[int, int]:
+        if self._pending:
+            self._flush()
         return self._own.get(i, self._base[i])
 
     def _mut(self, i: int) -> dict[int, int]:
+        if self._pending:
+            self._flush()
         if i not in self._own:
             self._own[i] = dict(self._base[i])
         return self._own[i]
+
+    def _flush(self) -> None:
+        """Writes the pending placements and moves into the sequence maps, in order."""
+        pending, self._pending = self._pending, []
+        own, base = self._own, self._base
+        for placed, rows in pending:
+            if placed:
+                for i, sid, length in rows:
+                    run = own.get(i)
+                    if run is None:
+                        run = own[i] = dict(base[i])
+                    run[sid] = length
+                continue
+            for key, src, dst in rows:
+                sid, length = key & 0xFFFFFFFF, key >> 32
+                run = own.get(src)
+                if run is None:
+                    run = own[src] = dict(base[src])
+                del run[sid]
+                run = own.get(dst)
+                if run is None:
+                    run = own[dst] = dict(base[dst])
+                run[sid] = length
+
+    def log_moves(self, rows: list) -> None:
+        """Records alg. 4's compiled moves (key, source, destination) for ``_flush``."""
+        if rows:
+            self._pending.append((False, rows))
 
     def shortest_heaps(self) -> dict[int, list[tuple[int, int]]]:
         """The heaps persist: a heap's top is the minimum (length, id) of its replica's
@@ -273,6 +312,8 @@ class WhatIfLoad(LoadArrays):
 
     def abort(self, replica_id: str, which: str | int = "all") -> list[Abort]:
         i = self._index[replica_id]
+        if self._pending:
+            self._flush()
         self._heaps.pop(i, None)
         self._pool = None
         record = self.record_actions
@@ -303,6 +344,8 @@ class WhatIfLoad(LoadArrays):
         if self._plain_model and self.max_seqs is None and not self.record_actions:
             self._dispatch_plain(mask)
             return []
+        if self._pending:
+            self._flush()
         out = []
         queue, heaps, own, record = self._queue, self._heaps, self._own, self.record_actions
         while queue:
@@ -336,7 +379,7 @@ class WhatIfLoad(LoadArrays):
         if not self._ids:
             return
         m = self.model
-        queue, heaps, own, base = self._queue, self._heaps, self._own, self._base
+        queue, heaps = self._queue, self._heaps
         pool = self._pool
         allowed = np.ones(len(self._ids), dtype=np.bool_) if mask is None else mask
         pop, push = heapq.heappop, heapq.heappush
@@ -350,16 +393,16 @@ class WhatIfLoad(LoadArrays):
                                             self._nseq, self._ntok, self._cap, self._free,
                                             self._tput, self._num, self._den, out,
                                             allowed)
-            for (_, sid, length), i in zip(chunk, out[:placed].tolist()):
-                run = own.get(i)
-                if run is None:
-                    run = own[i] = dict(base[i])
-                run[sid] = length
-                h = heaps.get(i)
-                if h is not None:
-                    push(h, (length, sid))
-                if pool is not None:
-                    pool.push(i, length, sid)
+            rows = [(i, sid, length)
+                    for (_, sid, length), i in zip(chunk, out[:placed].tolist())]
+            self._pending.append((True, rows))
+            if heaps or pool is not None:
+                for i, sid, length in rows:
+                    h = heaps.get(i)
+                    if h is not None:
+                        push(h, (length, sid))
+                    if pool is not None:
+                        pool.push(i, length, sid)
             if placed < len(chunk):
                 for e in chunk[placed:]:
                     push(queue, e)

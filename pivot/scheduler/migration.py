@@ -129,7 +129,7 @@ def _migrate_compiled(sched: WhatIfLoad) -> None:
     loop, run by ``kernels.migrate_plain``: the same choices, float operations and order
     as the loop above (tests/planner/test_incremental_reference.py), on array heaps
     (``WhatIfLoad._pool``) instead of per-replica lists. The sequence maps follow the
-    moves it logs, in order."""
+    moves it logs, in order, when next read (``WhatIfLoad.log_moves``)."""
     R = len(sched._ids)
     if sched._pool is None:
         sched._pool = kernels.HeapPool([sched.running(i) for i in range(R)])
@@ -154,8 +154,4 @@ def _migrate_compiled(sched: WhatIfLoad) -> None:
         if st[3] != 1:
             break
         pool.grow(int(st[4]))
-    mut = sched._mut
-    for key, src, dst in log[:st[2]].tolist():
-        sid, length = key & 0xFFFFFFFF, key >> 32
-        del mut(src)[sid]
-        mut(dst)[sid] = length
+    sched.log_moves(log[:st[2]].tolist())
