@@ -179,6 +179,30 @@ class ShiftAwareScheduler(LoadArrays):
             v.num_tokens = total
             self._adjust(self._index[replica_id], 0, delta)
 
+    def settle(self, replica_id: str, lengths: Iterable[tuple[int, int]] | Mapping[int, int],
+               total: int) -> None:
+        """Records the current length of some running sequences of ``replica_id`` (pairs
+        or a mapping) and sets its N_tok to ``total``, the true sum over *all* of them,
+        which a driver that grows every sequence by the same step count knows without
+        listing them (dispatch reads only N_seq and N_tok, sec. 6.1). Sequences not
+        listed keep older lengths until a later call lists them, so until then the
+        view's lengths do not sum to ``num_tokens``: the driver must list every sequence
+        before anything reads them (``abort``, migration, the monitor). The simulator's
+        preemption lists only its victim, in O(1) instead of ``grow``'s O(batch). Like
+        ``grow`` it leaves ``generated_len`` as it was; with every sequence listed it
+        leaves the view as ``grow`` does."""
+        v = self.view(replica_id)
+        running = v.running
+        n = len(running)
+        running.update(lengths)
+        if len(running) != n:
+            raise StateError(f"settle: {len(running) - n} of the listed sequences do not "
+                             f"run on {replica_id}")
+        delta = total - v.num_tokens
+        if delta:
+            v.num_tokens = total
+            self._adjust(self._index[replica_id], 0, delta)
+
     def finish(self, seq_id: int) -> SequenceState:
         """Removes a finished sequence; its replica's capacity becomes free."""
         seq = self.seqs.get(seq_id)

@@ -95,6 +95,15 @@ class SimCluster:
     _next: dict = field(default_factory=dict)
     _synced: dict = field(default_factory=dict)
     """Replica -> its decode steps when its scheduler view last got the true lengths."""
+    _stale: dict = field(default_factory=dict)
+    """Replica -> its decode steps at its last lazy preemption (``_preempt``): from then
+    until the next ``_sync_lengths`` its view holds N_tok as if every sequence had been
+    listed at those steps (as the former, eager preemption did), but older per-sequence
+    lengths (``_finish_stale``)."""
+    lazy_preempt = True
+    """A preemption settles only its victim's length and the replica's total in the
+    scheduler's view (O(1)); False: it lists every running sequence first (O(batch)), as
+    before. The runs are identical (tests/sim/test_incremental_tick.py)."""
     tokens_by_role: dict[Role, int] = field(default_factory=lambda: {r: 0 for r in Role})
     rollout_end: dict[int, float] = field(default_factory=dict)
     """Step -> virtual time its last response finished (the end of its generation)."""
@@ -119,6 +128,7 @@ class SimCluster:
         else:
             rep = self.replicas.pop(replica_id)
             self._synced.pop(replica_id, None)
+            self._stale.pop(replica_id, None)
             if rep.num_seqs:
                 raise StateError(f"{replica_id} shifted down with {rep.num_seqs} sequences; "
                                  f"migration must empty it first")
@@ -210,7 +220,10 @@ class SimCluster:
             self.events += 1
             sched = self.schedulers[rep.role]
             if done:
-                sched.update_lengths(rid, {s: rep.length(s) for s in done})
+                if rid in self._stale:
+                    self._finish_stale(rid, rep, done)
+                else:
+                    sched.update_lengths(rid, {s: rep.length(s) for s in done})
                 for sid in done:
                     rep.remove(sid, self.now)
                     sched.finish(sid)
@@ -225,8 +238,14 @@ class SimCluster:
         rep = self.replicas[rid]
         sched = self.schedulers[rep.role]
         self._check_thrash(rid, rep)
-        self._sync_lengths(rid, rep)
         victim = rep.newest()
+        if not self.lazy_preempt:
+            self._sync_lengths(rid, rep)
+        elif self._synced.get(rid) != rep.steps:
+            # only the victim's length is read (its abort); the total keeps dispatch exact
+            self._settle(rid, rep, [(victim, rep.length(victim))])
+            self._stale[rid] = rep.steps
+            self._synced.pop(rid, None)
         length = rep.remove(victim, self.now)
         sched.abort(rid, victim)
         sched.seqs[victim].generated_len = length - sched.seqs[victim].prompt_len
@@ -291,8 +310,42 @@ class SimCluster:
         finishes or is aborted leaves, so the call is skipped while ``rep.steps`` (the
         replica's decode steps) has not moved since the last one."""
         if self._synced.get(rid) != rep.steps:
-            self.schedulers[rep.role].grow(rid, rep.lengths())
+            self._settle(rid, rep, rep.length_items())
+            self._stale.pop(rid, None)
             self._synced[rid] = rep.steps
+
+    def _settle(self, rid: str, rep: SimReplica, lengths) -> None:
+        """``ShiftAwareScheduler.settle`` with the view's true N_tok: the replica's tokens
+        plus those of sequences dispatched to it but not yet admitted (``apply`` syncs
+        between the dispatches of one batch), which the view holds at their length."""
+        view = self.schedulers[rep.role].replicas[rid]
+        total = rep.num_tokens
+        if len(view.running) != rep.num_seqs:
+            extra = view.running.keys() - rep.base_len.keys()
+            if len(view.running) - len(extra) != rep.num_seqs:
+                raise StateError(f"{rid}: the scheduler's view lacks sequences the replica "
+                                 f"runs")
+            total += sum(view.running[s] for s in extra)
+        self.schedulers[rep.role].settle(rid, lengths, total)
+
+    def _finish_stale(self, rid: str, rep: SimReplica, done: list[int]) -> None:
+        """``update_lengths`` of finished sequences on a stale view, in O(finished): their
+        true lengths, and N_tok changed by what they grew since the lengths an eager
+        preemption would have listed (at ``_stale[rid]`` steps, or the admission length
+        for a sequence admitted later, which is what the view holds for it), so the
+        total is the one the eager code had."""
+        sched = self.schedulers[rep.role]
+        view = sched.replicas[rid]
+        running, base, steps, anchor = view.running, rep.base_len, rep.steps, self._stale[rid]
+        total = view.num_tokens
+        pairs = []
+        for s in done:
+            listed = base[s] + anchor
+            old = running[s]
+            true = base[s] + steps
+            total += true - (old if old > listed else listed)
+            pairs.append((s, true))
+        sched.settle(rid, pairs, total)
 
     def dispatch_dirty(self) -> None:
         """Runs the schedulers' dispatch for roles whose queue or capacity changed."""

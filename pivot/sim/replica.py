@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from pivot.errors import StateError
@@ -62,7 +63,12 @@ class SimReplica:
         return self.base_len[seq_id] + self.steps
 
     def lengths(self) -> dict[int, int]:
-        return dict(zip(self.base_len, map(self.steps.__add__, self.base_len.values())))
+        return dict(self.length_items())
+
+    def length_items(self) -> Iterator[tuple[int, int]]:
+        """(sequence id, current length) of every running sequence, built lazily (for
+        ``dict.update`` without an intermediate dict)."""
+        return zip(self.base_len, map(self.steps.__add__, self.base_len.values()))
 
     # ------------------------------------------------------------------ admission
     def admit(self, seq_id: int, length: int, target: int, now: float) -> float:

@@ -1,6 +1,7 @@
 """The event loop's tick touches only what changed (``SimCluster.sync_all`` skips idle
-replicas and views already at their true lengths; ``grow`` records lengths in bulk): a run
-must be identical to one whose tick brings every replica and every view up to date with
+replicas and views already at their true lengths; ``settle`` records lengths in bulk, and a
+preemption settles only its victim and the replica's total): a run must be identical to
+one whose tick and preemptions bring every replica and every view up to date with
 ``update_lengths``, as the loop did before."""
 
 import pytest
@@ -38,6 +39,7 @@ def test_incremental_tick_equals_the_full_scan(deployment, monkeypatch):
     fast = _run(deployment)
     monkeypatch.setattr(SimCluster, "sync_all", _full_scan_sync_all)
     monkeypatch.setattr(SimCluster, "_sync_lengths", _full_sync_lengths)
+    monkeypatch.setattr(SimCluster, "lazy_preempt", False)
     assert _run(deployment) == fast
 
 
