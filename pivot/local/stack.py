@@ -110,8 +110,10 @@ class LocalStack:
             self.initial[m] = {k: v.to(torch.float32) for k, v in sd.items()}
         metas = {m: ModelMeta.from_state_dict(m, sd) for m, sd in self.initial.items()}
         # the device procs first: GPS runs one actor on each of their hosts (sec. 5.1)
+        # the layout from each host's budget (app. B.1), refused before any process starts
+        storage = plan_storage(list(metas.values()), g.backend.hosts,
+                               g.backend.gps_budget_bytes())
         alloc = allocate(g.devices, g.backend.hosts, g.backend.job)
-        storage = plan_storage(list(metas.values()), g.backend.hosts, 1 << 30)
         if alloc.job is None:
             gps = [spawn_host_service("gps", GPSActor, 0, storage, metas)]
         else:

@@ -33,6 +33,10 @@ GPU, bf16, meta-device build, NCCL side groups: ``pivot.roles.trainer``,
 ``pivot.compat.torch_dist.nccl_side_group``) but has never run on a GPU, and neither has
 ``VllmSleepMemory``; ``check`` refuses every ``cuda`` run until a GPU run checks them."""
 _CLUSTER_DOC = "README.md, 'Running on a cluster'"
+GPS_HOST_FRACTION = 0.25
+"""Share of a host's memory GPS holds by default: the paper keeps parameters in host memory
+beside the engines' and trainer's host-side state (sec. 5.1); a quarter leaves the rest to
+them and to pinned staging buffers."""
 
 
 @gin.configurable
@@ -53,6 +57,10 @@ class Backend:
     hosts: int = 1
     devices_per_host: int = 0
     job: str = "process"
+    gps_host_gb: float = 0.0
+    """Host memory one GPS actor may hold (app. B.1's per-host budget, which picks the
+    storage layout's group size k); 0: ``GPS_HOST_FRACTION`` of this host's physical
+    memory (the job's hosts are taken to be alike)."""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -61,6 +69,8 @@ class Backend:
         check_range("Backend.hosts", self.hosts, 1, integer=True, why="hosts of the job")
         check_range("Backend.devices_per_host", self.devices_per_host, 0, integer=True,
                     why="0: every device of the host")
+        check_range("Backend.gps_host_gb", self.gps_host_gb, 0,
+                    why="GiB of host memory for GPS; 0: a share of this host's memory")
         from pivot.gps.hosts import JOB_KINDS
         if self.job not in JOB_KINDS:
             fail("Backend.job", self.job, f"must be one of {JOB_KINDS} (Monarch job types)")
@@ -79,6 +89,13 @@ class Backend:
     def dtype(self) -> str:
         """Engine and trainer compute dtype (fp32 on CPU: docs/stack.md)."""
         return "bfloat16" if self.kind == "cuda" else "float32"
+
+    def gps_budget_bytes(self) -> int:
+        """Per-host GPS budget in bytes (``gps_host_gb``, or the share of this host)."""
+        if self.gps_host_gb:
+            return int(self.gps_host_gb * 2**30)
+        import os
+        return int(GPS_HOST_FRACTION * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
     @property
     def precision(self) -> str:

@@ -72,3 +72,25 @@ def test_a_fitting_replica_tiles_every_host_exactly(per_host, hosts, k):
                    for d in range(hosts * per_host))
     else:
         assert per_host % k or k > per_host
+
+
+def test_the_gps_budget_is_the_binding_or_a_share_of_this_host():
+    import os
+
+    from pivot.gps.layout import plan_storage, qwen3_model
+    from pivot.runtime.backend import GPS_HOST_FRACTION
+
+    assert Backend(gps_host_gb=2).gps_budget_bytes() == 2 << 30
+    phys = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert Backend().gps_budget_bytes() == int(GPS_HOST_FRACTION * phys)
+    with pytest.raises(ConfigError, match="Backend.gps_host_gb"):
+        Backend(gps_host_gb=-1)
+    # the budget picks the layout: a model of ~0.9 GiB on 2 hosts replicates under 1 GiB a
+    # host, shards in halves under 0.5 GiB, and is refused, naming the fix, under 0.25
+    m = qwen3_model("policy", layers=2, hidden=4096, intermediate=4096, heads=32,
+                    kv_heads=8, head_dim=128, vocab=1024)
+    assert 0.5 < m.nbytes / 2**30 < 1
+    assert plan_storage([m], 2, Backend(gps_host_gb=1).gps_budget_bytes()).k == 1
+    assert plan_storage([m], 2, Backend(gps_host_gb=0.5).gps_budget_bytes()).k == 2
+    with pytest.raises(ConfigError, match="raise the per-host budget"):
+        plan_storage([m], 2, Backend(gps_host_gb=0.25).gps_budget_bytes())
