@@ -173,13 +173,14 @@ class WhatIfLoad(LoadArrays):
         self.record_actions = record_actions
         self._base: list[Mapping[int, int]] = [r.running for r in load.replicas]
         self._own: dict[int, dict[int, int]] = {}
-        self._pending: list[tuple[bool, list]] = []
+        self._pending: list[tuple[np.ndarray, ...]] = []
         """Placements (``_dispatch_plain``) and moves (``_migrate_compiled``) not yet
-        written to the sequence maps, in order: (True, [(replica, seq id, length)]) or
-        (False, [(length << 32 | seq id, source, destination)]). The planner's shift-up
-        evaluation only reads the load arrays and the heap pool, so the maps are brought
-        up to date (``_flush``, the same dict operations in the same order) only when
-        something reads or changes them."""
+        written to the sequence maps, in order: (replica, seq id, length) of each placed
+        sequence, or (rows of (length << 32 | seq id, source, destination),); arrays, so
+        that keeping them leaves nothing for the garbage collector to walk. The planner's
+        shift-up evaluation only reads the load arrays and the heap pool, so the maps are
+        brought up to date (``_flush``, the same dict operations in the same order) only
+        when something reads or changes them."""
         self._heaps: dict[int, list[tuple[int, int]]] = {}
         self._alive: np.ndarray | None = None
         """Live replicas, once one was removed (``_remove_replicas``)."""
@@ -213,15 +214,15 @@ class WhatIfLoad(LoadArrays):
         """Writes the pending placements and moves into the sequence maps, in order."""
         pending, self._pending = self._pending, []
         own, base = self._own, self._base
-        for placed, rows in pending:
-            if placed:
-                for i, sid, length in rows:
+        for arrays in pending:
+            if len(arrays) == 3:
+                for i, sid, length in zip(*(a.tolist() for a in arrays)):
                     run = own.get(i)
                     if run is None:
                         run = own[i] = dict(base[i])
                     run[sid] = length
                 continue
-            for key, src, dst in rows:
+            for key, src, dst in arrays[0].tolist():
                 sid, length = key & 0xFFFFFFFF, key >> 32
                 run = own.get(src)
                 if run is None:
@@ -232,10 +233,11 @@ class WhatIfLoad(LoadArrays):
                     run = own[dst] = dict(base[dst])
                 run[sid] = length
 
-    def log_moves(self, rows: list) -> None:
-        """Records alg. 4's compiled moves (key, source, destination) for ``_flush``."""
-        if rows:
-            self._pending.append((False, rows))
+    def log_moves(self, rows: np.ndarray) -> None:
+        """Records alg. 4's compiled moves, rows of (key, source, destination), for
+        ``_flush``."""
+        if len(rows):
+            self._pending.append((rows,))
 
     def shortest_heaps(self) -> dict[int, list[tuple[int, int]]]:
         """The heaps persist: a heap's top is the minimum (length, id) of its replica's
@@ -393,11 +395,11 @@ class WhatIfLoad(LoadArrays):
                                             self._nseq, self._ntok, self._cap, self._free,
                                             self._tput, self._num, self._den, out,
                                             allowed)
-            rows = [(i, sid, length)
-                    for (_, sid, length), i in zip(chunk, out[:placed].tolist())]
-            self._pending.append((True, rows))
+            self._pending.append((out[:placed], np.fromiter(
+                (e[1] for e in chunk[:placed]), dtype=np.int64, count=placed),
+                lengths[:placed]))
             if heaps or pool is not None:
-                for i, sid, length in rows:
+                for (_, sid, length), i in zip(chunk, out[:placed].tolist()):
                     h = heaps.get(i)
                     if h is not None:
                         push(h, (length, sid))

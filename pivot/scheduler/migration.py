@@ -154,4 +154,4 @@ def _migrate_compiled(sched: WhatIfLoad) -> None:
         if st[3] != 1:
             break
         pool.grow(int(st[4]))
-    sched.log_moves(log[:st[2]].tolist())
+    sched.log_moves(log[:st[2]])
