@@ -64,7 +64,8 @@ def summary(times: list[float], nbytes: int | None = None) -> dict:
 def bench_transfers(repeats: int) -> dict:
     from monarch.actor import this_host
 
-    from pivot.gps.actor import ActorHost, GlobalParameterStorage, GPSActor
+    from pivot.gps.actor import ActorHost, GPSActor
+    from pivot.gps.client import GlobalParameterStorage
 
     m = qwen3_model("policy", layers=8, hidden=1024, intermediate=3072, heads=16, kv_heads=8,
                     head_dim=64, vocab=32768)
@@ -186,7 +187,7 @@ def bench_planning(repeats: int) -> dict:
 
 
 def bench_rebuild(repeats: int) -> dict:
-    from pivot.gps.actor import GlobalParameterStorage
+    from pivot.gps.client import GlobalParameterStorage
     from pivot.gps.recovery import Checkpoint, rebuild_host
     from pivot.gps.storage import HostStore
     from pivot.gps.transport import ShmTransport

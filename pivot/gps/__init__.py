@@ -2,7 +2,7 @@
 
 The whole interface the runtime needs::
 
-    gps = GlobalParameterStorage(hosts, models, storage, device_host)   # actor.py
+    gps = GlobalParameterStorage(hosts, models, storage, device_host)   # client.py
     shards = gps.read(model, devices, layout)            # Read(M, G, P)
     # -> {device: {param name: tensor}}: the shard of every parameter that device holds
     #    under layout P (TP chunk along the parameter's split dim, only its PP stage's
@@ -22,7 +22,8 @@ tp=, pp=)``, default Qwen3 split dims). The storage layout comes from
 
 Modules: ``layout`` (P and the GPS layout), ``plan`` (refinement, greedy plan, cache),
 ``storage`` (one host's versioned store), ``transport`` (shm / Monarch / NIXL paths),
-``actor`` (the per-host Monarch actor and the client), ``recovery`` (rebuilding a lost
+``actor`` (the per-host Monarch actor and its handle), ``client`` (Read and Write over the
+hosts), ``recovery`` (rebuilding a lost
 host from its replicas, peer to peer, or a checkpoint: ``gps.rebuild(host, fresh_store,
 checkpoints=)``; a rebuild and a Write exclude each other), ``lease`` (a Write's lease: a
 dead writer's half-written version is discarded by the next Write once it expires, or at
@@ -44,8 +45,11 @@ __all__ = ["Checkpoint", "GlobalParameterStorage", "GPSActor", "HostStore", "Lin
 
 
 def __getattr__(name: str):
-    # The actor module imports Monarch; load it only when asked for.
-    if name in ("GlobalParameterStorage", "GPSActor"):
+    # The actor and client modules import Monarch; load them only when asked for.
+    if name == "GPSActor":
         from pivot.gps import actor
-        return getattr(actor, name)
+        return actor.GPSActor
+    if name == "GlobalParameterStorage":
+        from pivot.gps import client
+        return client.GlobalParameterStorage
     raise AttributeError(name)

@@ -21,7 +21,7 @@ from pivot.gps.layout import ModelMeta, ParamMeta
 from pivot.gps.recovery import host_shards
 
 if TYPE_CHECKING:
-    from pivot.gps.actor import GlobalParameterStorage
+    from pivot.gps.client import GlobalParameterStorage
     from pivot.gps.storage import HostStore
 
 _ST_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64",

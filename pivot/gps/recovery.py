@@ -55,7 +55,7 @@ from pivot.gps.storage import HostStore, Manifest
 from pivot.gps.transport import MonarchTransport, ShmTransport, Transport
 
 if TYPE_CHECKING:
-    from pivot.gps.actor import GlobalParameterStorage
+    from pivot.gps.client import GlobalParameterStorage
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """How atomic slices move between a GPS host and the caller (paper appendix B.2).
 
 A :class:`Transport` executes the transfers of one (GPS host, device) pair of a plan. Which
-one runs per link type is the client's choice (:class:`pivot.gps.actor.GlobalParameterStorage`):
+one runs per link type is the client's choice (:class:`pivot.gps.client.GlobalParameterStorage`):
 
 * :class:`ShmTransport` (host-local links): the host's arena lives in ``/dev/shm``; the
   caller maps it and copies each slice with one memcpy, the honest stand-in for the

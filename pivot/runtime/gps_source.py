@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pivot.errors import ConfigError, StateError
-from pivot.gps.actor import ActorHost, GlobalParameterStorage
+from pivot.gps.actor import ActorHost
+from pivot.gps.client import GlobalParameterStorage
 from pivot.gps.layout import ModelMeta, ParallelLayout, StorageLayout, qwen3_split_dim
 from pivot.shifting.params import StateDict
 from pivot.types import INFERENCE_ROLES, MODEL_OF_ROLE, Role

@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from pivot.errors import StateError
-from pivot.gps.actor import HOST_OPS, GlobalParameterStorage, nixl_expose
+from pivot.gps.actor import HOST_OPS, nixl_expose
+from pivot.gps.client import GlobalParameterStorage
 from pivot.gps.layout import (ModelMeta, ParallelLayout, StorageLayout, _shard_models,
                               param_stage, plan_storage, qwen3_model)
 from pivot.gps.plan import Link

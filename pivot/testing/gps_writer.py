@@ -18,7 +18,8 @@ from typing import Any, Mapping, Sequence
 import torch  # noqa: F401  (torch before monarch's C extension, docs/stack.md)
 from monarch.actor import Actor, endpoint
 
-from pivot.gps.actor import ActorHost, GlobalParameterStorage
+from pivot.gps.actor import ActorHost
+from pivot.gps.client import GlobalParameterStorage
 from pivot.gps.layout import ModelMeta, ParallelLayout, StorageLayout
 from pivot.gps.lease import WriteLeaseConfig
 from pivot.gps.transport import Transport

@@ -19,7 +19,8 @@ M = qwen3_model("policy", layers=2, hidden=64, intermediate=128, heads=4, kv_hea
 def gps():
     from monarch.actor import this_host
 
-    from pivot.gps.actor import ActorHost, GlobalParameterStorage, GPSActor
+    from pivot.gps.actor import ActorHost, GPSActor
+    from pivot.gps.client import GlobalParameterStorage
 
     storage = plan_storage([M], 2, M.nbytes * 6 // 10, min_split_bytes=0)
     assert storage.k == 2  # each host holds half; device 0 is local to host 0 only

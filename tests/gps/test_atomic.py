@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from pivot.errors import StateError
-from pivot.gps.actor import GlobalParameterStorage
+from pivot.gps.client import GlobalParameterStorage
 from pivot.gps.layout import ParallelLayout
 from pivot.gps.plan import Link
 from pivot.gps.storage import HostStore

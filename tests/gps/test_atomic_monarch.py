@@ -19,7 +19,8 @@ STORAGE = storage_with_k(list(SMALL_MODELS.values()), 4, 2)
 def cluster():
     from monarch.actor import this_host
 
-    from pivot.gps.actor import ActorHost, GlobalParameterStorage, GPSActor
+    from pivot.gps.actor import ActorHost, GPSActor
+    from pivot.gps.client import GlobalParameterStorage
 
     procs = this_host().spawn_procs(per_host={"gps": 4})
     actors = [procs.slice(gps=i).spawn(f"agps{i}", GPSActor, i, STORAGE, SMALL_MODELS)

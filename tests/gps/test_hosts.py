@@ -48,7 +48,7 @@ def test_kubernetes_without_its_package_says_so():
 @pytest.mark.slow
 def test_two_process_hosts_load_their_shards_and_cross_host_write_and_read_are_exact(
         tmp_path):
-    from pivot.gps.actor import GlobalParameterStorage
+    from pivot.gps.client import GlobalParameterStorage
     from pivot.gps.checkpoint import checkpoint_meta, load_checkpoint
     from pivot.gps.layout import plan_storage
     from pivot.gps.recovery import host_shards

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pivot.errors import ConfigError, StateError
-from pivot.gps.actor import GlobalParameterStorage
+from pivot.gps.client import GlobalParameterStorage
 from pivot.gps.layout import ParallelLayout
 from pivot.gps.lease import (STAGES, Resolution, WriteLeaseConfig, due, expired, open_lease,
                              remaining, renew, resolve, revoke)

@@ -44,7 +44,8 @@ def cluster():
     from monarch.actor import this_host
 
     from pivot.compat.monarch import install_fault_hook
-    from pivot.gps.actor import ActorHost, GlobalParameterStorage, GPSActor
+    from pivot.gps.actor import ActorHost, GPSActor
+    from pivot.gps.client import GlobalParameterStorage
 
     assert STORAGE.k == 2  # a Write touches both hosts
     faults = []
