@@ -23,6 +23,7 @@ from pivot.errors import StateError
 from pivot.scheduler import kernels
 from pivot.scheduler.actions import Abort, Action, Dispatch
 from pivot.scheduler.throughput import ThroughputModel
+from pivot.scheduler.whatif_queue import WhatIfQueue
 from pivot.types import ReplicaView, RoleLoad
 
 
@@ -154,9 +155,9 @@ class LoadArrays:
 class WhatIfLoad(LoadArrays):
     """A role's load reduced to sequence lengths, for the planner's migration simulation.
 
-    Waiting sequences keep their queue order (``RoleLoad.waiting`` is in priority order);
-    an aborted sequence re-enters the queue ordered by its sequence id, which matches the
-    default priority.
+    Waiting sequences leave by sequence id, the default priority's order, and an aborted
+    sequence re-enters the queue at its id (``pivot.scheduler.whatif_queue``, which reads
+    the snapshot's queue only as far as it is consumed).
 
     Unlike the real scheduler it keeps alg. 4's per-replica shortest-sequence heaps between
     migrations (``shortest_heaps``), so the planner's incremental shift up (one more replica
@@ -193,10 +194,8 @@ class WhatIfLoad(LoadArrays):
                          [r.num_seqs for r in load.replicas],
                          [r.num_tokens for r in load.replicas],
                          [r.kv_capacity for r in load.replicas])
-        # (key, seq id, length); waiting keys keep the snapshot's order ahead of ties.
-        self._queue: list[tuple[tuple[int, int], int, int]] = [
-            ((sid, k), sid, length) for k, (sid, length) in enumerate(load.waiting)]
-        heapq.heapify(self._queue)
+        # waiting and aborted (seq id, length) pairs, popped by id
+        self._queue = WhatIfQueue(load.waiting)
 
     def running(self, i: int) -> Mapping[int, int]:
         if self._pending:
@@ -321,8 +320,7 @@ class WhatIfLoad(LoadArrays):
         record = self.record_actions
         if which == "all":
             run = self.running(i)
-            for sid, length in run.items():
-                heapq.heappush(self._queue, ((sid, -1), sid, length))
+            self._queue.push_many(run.items())
             out = [Abort(sid, replica_id) for sid in run] if record else []
             self._own[i] = {}
             self._adjust(i, -len(run), -sum(run.values()))
@@ -336,7 +334,7 @@ class WhatIfLoad(LoadArrays):
         for sid in targets:
             length = run.pop(sid)
             self._adjust(i, -1, -length)
-            heapq.heappush(self._queue, ((sid, -1), sid, length))
+            self._queue.push(sid, length)
             if record:
                 out.append(Abort(sid, replica_id))
         return out
@@ -351,11 +349,11 @@ class WhatIfLoad(LoadArrays):
         out = []
         queue, heaps, own, record = self._queue, self._heaps, self._own, self.record_actions
         while queue:
-            _, sid, length = queue[0]
+            sid, length = queue.peek()
             i = self.best_replica(length, mask)
             if i is None:
                 break
-            heapq.heappop(queue)
+            queue.pop()
             run = own.get(i)
             if run is None:
                 run = own[i] = dict(self._base[i])  # _mut, inlined
@@ -384,30 +382,29 @@ class WhatIfLoad(LoadArrays):
         queue, heaps = self._queue, self._heaps
         pool = self._pool
         allowed = np.ones(len(self._ids), dtype=np.bool_) if mask is None else mask
-        pop, push = heapq.heappop, heapq.heappush
+        push = heapq.heappush
         size = 16
         while queue:
-            chunk = [pop(queue) for _ in range(min(size, len(queue)))]
+            chunk = queue.take(size)
             size = min(4 * size, 1024)
-            lengths = np.fromiter((e[2] for e in chunk), dtype=np.int64, count=len(chunk))
+            lengths = np.fromiter((e[1] for e in chunk), dtype=np.int64, count=len(chunk))
             out = np.empty(len(chunk), dtype=np.int64)
             placed = kernels.dispatch_plain(lengths, self.kv_reserve, m.A, m.B, m.C, m.D,
                                             self._nseq, self._ntok, self._cap, self._free,
                                             self._tput, self._num, self._den, out,
                                             allowed)
             self._pending.append((out[:placed], np.fromiter(
-                (e[1] for e in chunk[:placed]), dtype=np.int64, count=placed),
+                (e[0] for e in chunk[:placed]), dtype=np.int64, count=placed),
                 lengths[:placed]))
             if heaps or pool is not None:
-                for (_, sid, length), i in zip(chunk, out[:placed].tolist()):
+                for (sid, length), i in zip(chunk, out[:placed].tolist()):
                     h = heaps.get(i)
                     if h is not None:
                         push(h, (length, sid))
                     if pool is not None:
                         pool.push(i, length, sid)
             if placed < len(chunk):
-                for e in chunk[placed:]:
-                    push(queue, e)
+                queue.untake(chunk, placed)
                 return
 
     def move(self, seq_id: int, src: int, dst: int) -> list[Action]:

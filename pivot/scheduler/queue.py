@@ -44,6 +44,8 @@ class WaitingQueue:
         self._key: dict[int, tuple[Any, int]] = {}
         self.version = 0
         """Incremented by every push, pop and remove (``WaitingEntries`` checks it)."""
+        self._prioritized: set[int] = set()
+        """Queued sequences with their own ``SequenceState.priority``."""
 
     def __len__(self) -> int:
         return len(self._seqs)
@@ -64,6 +66,8 @@ class WaitingQueue:
                              f"abort it before queueing it")
         entry = (self._priority(seq), seq.seq_id)
         self.version += 1
+        if seq.priority is not None:
+            self._prioritized.add(seq.seq_id)
         self._seqs[seq.seq_id] = seq
         self._key[seq.seq_id] = entry
         order = self._order
@@ -85,6 +89,8 @@ class WaitingQueue:
             del self._order[:self._lo]
             self._lo = 0
         del self._key[sid]
+        if self._prioritized:
+            self._prioritized.discard(sid)
         return self._seqs.pop(sid)
 
     def remove(self, seq_id: int) -> SequenceState:
@@ -94,21 +100,29 @@ class WaitingQueue:
         except KeyError:
             raise StateError(f"sequence {seq_id} is not in the waiting queue") from None
         self.version += 1
+        self._prioritized.discard(seq_id)
         entry = self._key.pop(seq_id)
         i = bisect.bisect_left(self._order, entry, lo=self._lo)
         del self._order[i]
         return seq
 
+    @property
+    def by_id(self) -> bool:
+        """Whether the queue's order is ascending sequence id (the default priority with
+        no sequence's own ``priority`` set)."""
+        return self._priority is by_sequence_id and not self._prioritized
+
     def lengths(self) -> list[int]:
         """Lengths of the waiting sequences, in priority order."""
         return [s.length for s in self]
 
-    def entries(self) -> list[tuple[int, int]]:
+    def entries(self, start: int = 0, stop: int | None = None) -> list[tuple[int, int]]:
         """(sequence id, length) of the waiting sequences in priority order, in one pass
-        (the monitor's ``RoleLoad.waiting``)."""
+        (the monitor's ``RoleLoad.waiting``); ``start`` / ``stop``: those positions only."""
         seqs = self._seqs
-        return [(sid, (q := seqs[sid]).prompt_len + q.generated_len)
-                for _, sid in self._order[self._lo:]]
+        lo = self._lo
+        order = self._order[lo + start:] if stop is None else self._order[lo + start:lo + stop]
+        return [(sid, (q := seqs[sid]).prompt_len + q.generated_len) for _, sid in order]
 
 
 class WaitingEntries(Sequence):
@@ -122,19 +136,34 @@ class WaitingEntries(Sequence):
     a planner that reads the pairs sees exactly what ``entries`` gave at the snapshot, and
     one that only counts them (``RoleLoad.num_seqs``) costs O(1) instead of O(queue)."""
 
-    __slots__ = ("_queue", "_version", "_len", "_items")
+    __slots__ = ("_queue", "_version", "_len", "_items", "by_id")
 
     def __init__(self, queue: WaitingQueue) -> None:
         self._queue, self._version, self._len = queue, queue.version, len(queue)
         self._items: list[tuple[int, int]] | None = None
+        self.by_id = queue.by_id
+        """The pairs are in ascending sequence id (``WaitingQueue.by_id``)."""
+
+    def _check_version(self) -> None:
+        if self._queue.version != self._version:
+            raise StateError("the waiting queue changed after the snapshot was taken; "
+                             "its entries were never read before that")
 
     def _get(self) -> list[tuple[int, int]]:
         if self._items is None:
-            if self._queue.version != self._version:
-                raise StateError("the waiting queue changed after the snapshot was taken; "
-                                 "its entries were never read before that")
+            self._check_version()
             self._items = self._queue.entries()
         return self._items
+
+    def span(self, start: int, stop: int) -> list[tuple[int, int]]:
+        """``self[start:stop]`` as a list, building only those pairs if the whole list
+        was not read yet (the planner's what-if queue reads the head it consumes,
+        ``pivot.scheduler.whatif_queue``); the same rule: before the queue changes."""
+        if self._items is not None:
+            return self._items[start:stop]
+        self._check_version()
+        start, stop = max(start, 0), min(stop, self._len)
+        return self._queue.entries(start, stop) if start < stop else []
 
     def __len__(self) -> int:
         return self._len
