@@ -320,7 +320,7 @@ class WhatIfLoad(LoadArrays):
         record = self.record_actions
         if which == "all":
             run = self.running(i)
-            self._queue.push_many(run.items())
+            self._queue.push_many(run)
             out = [Abort(sid, replica_id) for sid in run] if record else []
             self._own[i] = {}
             self._adjust(i, -len(run), -sum(run.values()))

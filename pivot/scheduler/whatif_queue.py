@@ -5,15 +5,16 @@
 sequence a what-if abort put back; ids are unique, so the id alone orders them). Building
 that heap copied the snapshot's whole queue for every what-if load, several per planner
 tick, though a candidate's dispatch usually reads only its head. ``WhatIfQueue`` gives the
-same order from two sources: the snapshot's entries, read through a cursor as they are
-consumed (``WaitingEntries.span`` builds only the pairs it is asked for), and a heap of the
-aborted (id, length) pairs; a pop takes the smaller id of the two heads.
+same order from two sorted sources, each read through a cursor as far as it is consumed:
+the snapshot's entries (``WaitingEntries.span`` builds only the pairs it is asked for) and
+the ids of the sequences aborted since, sorted in when next read; a take merges the two
+heads by id.
 """
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Iterable, Sequence
+from bisect import bisect_right
+from collections.abc import Mapping, Sequence
 
 
 class WhatIfQueue:
@@ -23,9 +24,14 @@ class WhatIfQueue:
         waiting: the snapshot's waiting (id, length) pairs (``RoleLoad.waiting``). Read in
             place when they are in id order (``WaitingEntries.by_id``, the default
             priority; a plain list is checked); otherwise sorted once.
+
+    Aborted sequences are kept as a sorted list of ids (``_ab``, consumed from
+    ``_abpos``) with their lengths in ``_ablen``; new ones wait in ``_new`` until the
+    next read sorts them in (C-level sorts of ints: a replica's running set is nearly in
+    id order already).
     """
 
-    __slots__ = ("_src", "_n", "_pos", "_heap", "_origin")
+    __slots__ = ("_src", "_n", "_pos", "_ab", "_abpos", "_ablen", "_new", "_last")
 
     def __init__(self, waiting: Sequence[tuple[int, int]]) -> None:
         by_id = getattr(waiting, "by_id", None)
@@ -34,79 +40,68 @@ class WhatIfQueue:
         self._src = waiting if by_id else sorted(waiting)
         self._n = len(waiting)
         self._pos = 0
-        self._heap: list[tuple[int, int]] = []
-        self._origin: list[bool] | None = None
-        """Which pairs of the last ``take`` came from the snapshot (None: all did)."""
+        self._ab: list[int] = []
+        self._abpos = 0
+        self._ablen: dict[int, int] = {}
+        self._new: list[int] = []
+        self._last: tuple[int, int, list] = (0, 0, [])
+        """Both cursors before the last ``take`` and the snapshot pairs it read."""
 
     def __len__(self) -> int:
-        return self._n - self._pos + len(self._heap)
+        return self._n - self._pos + len(self._ab) - self._abpos + len(self._new)
 
     def _span(self, a: int, b: int) -> list[tuple[int, int]]:
         src = self._src
         span = getattr(src, "span", None)
         return span(a, b) if span is not None else list(src[a:b])
 
+    def _sort_in(self) -> None:
+        if self._new:
+            self._ab = sorted(self._ab[self._abpos:] + self._new)
+            self._abpos = 0
+            self._new = []
+
     def push(self, seq_id: int, length: int) -> None:
         """Queues an aborted sequence."""
-        heapq.heappush(self._heap, (seq_id, length))
+        self._ablen[seq_id] = length
+        self._new.append(seq_id)
 
-    def push_many(self, pairs: Iterable[tuple[int, int]]) -> None:
-        """Queues aborted sequences (a replica's whole running set)."""
-        heap = self._heap
-        n = len(heap)
-        heap.extend(pairs)
-        if len(heap) != n:
-            heapq.heapify(heap)
+    def push_many(self, running: Mapping[int, int]) -> None:
+        """Queues aborted sequences (a replica's whole running set, id -> length)."""
+        self._ablen.update(running)
+        self._new.extend(running)
 
     def peek(self) -> tuple[int, int]:
-        heap = self._heap
-        if self._pos < self._n:
-            head = self._span(self._pos, self._pos + 1)[0]
-            if not heap or head[0] < heap[0][0]:
-                return head
-        return heap[0]
+        head = self.take(1)
+        self.untake(head, 0)
+        return head[0]
 
     def pop(self) -> tuple[int, int]:
-        heap = self._heap
-        if self._pos < self._n:
-            head = self._span(self._pos, self._pos + 1)[0]
-            if not heap or head[0] < heap[0][0]:
-                self._pos += 1
-                return head
-        return heapq.heappop(heap)
+        return self.take(1)[0]
 
     def take(self, n: int) -> list[tuple[int, int]]:
         """Pops the next ``n`` pairs (fewer if the queue runs out), in order."""
-        heap = self._heap
-        block = self._span(self._pos, self._pos + n)
-        if not heap:
-            self._pos += len(block)
-            self._origin = None
-            return block
-        out: list[tuple[int, int]] = []
-        origin: list[bool] = []
-        j, nb = 0, len(block)
-        pop = heapq.heappop
-        while len(out) < n and (heap or j < nb):
-            if heap and (j >= nb or heap[0][0] < block[j][0]):
-                out.append(pop(heap))
-                origin.append(False)
-            else:
-                out.append(block[j])
-                origin.append(True)
-                j += 1
-        self._pos += j
-        self._origin = origin
+        self._sort_in()
+        pos, abpos = self._pos, self._abpos
+        block = self._span(pos, pos + n)
+        ids = self._ab[abpos:abpos + n]
+        if ids:
+            ablen = self._ablen
+            aborted = [(s, ablen[s]) for s in ids]
+            # two sorted runs with distinct ids: timsort merges them, ordered by id
+            out = sorted(block + aborted)[:n] if block else aborted
+        else:
+            out = block
+        self._last = (pos, abpos, block)
+        nb = bisect_right(block, out[-1]) if out and block else 0
+        self._pos = pos + nb
+        self._abpos = abpos + len(out) - nb
         return out
 
     def untake(self, taken: list[tuple[int, int]], keep: int) -> None:
         """Puts back ``taken[keep:]`` of the last ``take``: the queue then pops as if
-        they had never left (the snapshot's ones are the last the cursor passed)."""
-        if self._origin is None:
-            self._pos -= len(taken) - keep
-            return
-        for pair, from_src in zip(taken[keep:], self._origin[keep:]):
-            if from_src:
-                self._pos -= 1
-            else:
-                heapq.heappush(self._heap, pair)
+        they had never left (each source's are the last its cursor passed)."""
+        pos, abpos, block = self._last
+        nb = bisect_right(block, taken[keep - 1]) if keep and block else 0
+        self._pos = pos + nb
+        self._abpos = abpos + keep - nb

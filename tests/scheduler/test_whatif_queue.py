@@ -48,7 +48,7 @@ def test_same_order_as_the_heap(ids, shuffle, ops, queued):
             if op == "abort" and pairs:
                 new.push(*pairs[0])
             else:
-                new.push_many(pairs)
+                new.push_many(dict(pairs))
             for sid, length in pairs:
                 heapq.heappush(ref, ((sid, -1), sid, length))
     assert [new.pop() for _ in range(len(new))] == [heapq.heappop(ref)[1:]
