@@ -34,9 +34,10 @@ Monarch job: ``HostJob(kind, hosts).start()``, ``spawn_gps(mesh, storage, models
 
 from pivot.gps.layout import (ModelMeta, ParallelLayout, ParamMeta, StorageLayout,
                               plan_storage, qwen3_model, qwen3_split_dim)
+from pivot.gps.manifest import checksum
 from pivot.gps.plan import Link, LinkProfile, Plan, Planner
 from pivot.gps.recovery import Checkpoint, RebuildReport, lost_hosts, rebuild_host
-from pivot.gps.storage import HostStore, checksum
+from pivot.gps.storage import HostStore
 
 __all__ = ["Checkpoint", "GlobalParameterStorage", "GPSActor", "HostStore", "Link",
            "LinkProfile", "ModelMeta", "ParallelLayout", "ParamMeta", "Plan", "Planner",

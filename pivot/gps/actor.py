@@ -13,8 +13,9 @@ from monarch.actor import Actor, endpoint
 from pivot.errors import ConfigError, StateError
 from pivot.gps.layout import ModelMeta, StorageLayout
 from pivot.gps.lease import DEFAULT_TTL_S
+from pivot.gps.manifest import Manifest
 from pivot.gps.recovery import PeerTransports, pull_shards
-from pivot.gps.storage import HostStore, Manifest
+from pivot.gps.storage import HostStore
 
 logger = logging.getLogger(__name__)
 

@@ -29,9 +29,9 @@ import torch
 from pivot.errors import ConfigError, StateError
 from pivot.gps.layout import ModelMeta, ParallelLayout, StorageLayout, torch_dtype
 from pivot.gps.lease import WriteLeaseConfig, due
+from pivot.gps.manifest import Manifest
 from pivot.gps.plan import Link, LinkProfile, Plan, Planner
 from pivot.gps.recovery import RebuildReport, rebuild_host
-from pivot.gps.storage import Manifest
 from pivot.gps.transport import LazyTransport, MonarchTransport, ShmTransport, Transport
 from pivot.types import GENRM
 

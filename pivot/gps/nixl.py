@@ -23,8 +23,8 @@ import torch
 
 from pivot.compat import nixl as nx
 from pivot.errors import StateError
+from pivot.gps.manifest import Manifest, checksum
 from pivot.gps.plan import Transfer
-from pivot.gps.storage import Manifest, checksum
 from pivot.gps.transport import Expected, Transport
 
 logger = logging.getLogger(__name__)

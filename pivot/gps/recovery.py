@@ -50,8 +50,9 @@ import torch
 from pivot.errors import ConfigError, StateError
 from pivot.gps.greedy import assign
 from pivot.gps.layout import ModelMeta, StorageLayout, torch_dtype
+from pivot.gps.manifest import Manifest
 from pivot.gps.plan import Link, Transfer
-from pivot.gps.storage import HostStore, Manifest
+from pivot.gps.storage import HostStore
 from pivot.gps.transport import MonarchTransport, ShmTransport, Transport
 
 if TYPE_CHECKING:

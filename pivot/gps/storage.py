@@ -34,60 +34,20 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-import numpy as np
 import torch
 
 from pivot.errors import ConfigError, StateError
 from pivot.gps.arena import _unlink, _unlink_all, map_arena, sweep_stale_arenas
-from pivot.gps.layout import ModelMeta, StorageLayout, torch_dtype
+from pivot.gps.layout import ModelMeta, StorageLayout
 from pivot.gps.lease import (DEFAULT_TTL_S, Resolution, WriteLease, open_lease, remaining,
                              resolve, revoke)
 from pivot.gps.lease import renew as renew_lease
+from pivot.gps.manifest import Manifest, ShardKey, checksum
 from pivot.types import GENRM
 
 logger = logging.getLogger(__name__)
 
-ShardKey = tuple[str, int]
-"""(parameter name, GPS shard index)."""
-
 _ALIGN = 64
-_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-
-
-def checksum(t: torch.Tensor) -> int:
-    """A cheap checksum of a (possibly strided) tensor's bytes: the sum of its words as
-    unsigned integers, mod 2**64 (numpy, single-threaded: about memory speed; torch's
-    integer sum was 10x slower here).
-
-    Catches corrupted, truncated or stale bytes; not order-sensitive, not cryptographic.
-    """
-    words = t.view(_INT[t.element_size()]).numpy().view(_UINT[t.element_size()])
-    return int(words.sum(dtype=np.uint64))
-
-
-@dataclass(frozen=True, slots=True)
-class Manifest:
-    """Where one version of one model lies in one host's arena (picklable)."""
-
-    host: int
-    model: str
-    version: int
-    path: str
-    nbytes: int
-    entries: tuple[tuple[ShardKey, int, tuple[int, ...], str], ...]
-    """(shard key, byte offset, shape, dtype) per shard this host holds."""
-
-    def views(self, arena: torch.Tensor) -> dict[ShardKey, torch.Tensor]:
-        """The shard tensors inside a mapped ``arena`` (uint8, ``nbytes`` long)."""
-        out = {}
-        for key, off, shape, dtype in self.entries:
-            dt = torch_dtype(dtype)
-            n = dt.itemsize
-            for s in shape:
-                n *= s
-            out[key] = arena[off:off + n].view(dt).view(shape)
-        return out
 
 
 @dataclass

@@ -29,8 +29,9 @@ import numpy as np
 import torch
 
 from pivot.errors import StateError
+from pivot.gps.arena import map_arena
+from pivot.gps.manifest import Manifest, checksum
 from pivot.gps.plan import Transfer
-from pivot.gps.storage import Manifest, checksum, map_arena
 
 logger = logging.getLogger(__name__)
 

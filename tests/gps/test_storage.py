@@ -7,7 +7,8 @@ import torch
 
 from pivot.errors import ConfigError, StateError
 from pivot.gps.layout import ModelMeta, ParamMeta, plan_storage
-from pivot.gps.storage import HostStore, checksum
+from pivot.gps.manifest import checksum
+from pivot.gps.storage import HostStore
 
 M = ModelMeta("policy", (ParamMeta("a", (6, 4)), ParamMeta("b", (5,))))
 G = ModelMeta("genrm", (ParamMeta("w", (3, 3)),))
