@@ -115,14 +115,16 @@ class ReplicaView:
             dict(self.running), self.num_tokens,
         )
 
-    def check(self) -> None:
-        """Raises StateError if the view is inconsistent; nothing is repaired."""
+    def check(self, lengths: bool = True) -> None:
+        """Raises StateError if the view is inconsistent; nothing is repaired.
+        ``lengths`` False: the per-sequence lengths are not summed against
+        ``num_tokens`` (a reader that uses only the counts, ``Planner.reads_lengths``)."""
         if self.kv_capacity <= 0:
             raise StateError(f"replica {self.replica_id}: kv_capacity must be > 0, "
                              f"got {self.kv_capacity}")
         if not self.devices:
             raise StateError(f"replica {self.replica_id}: holds no devices")
-        total = sum(self.running.values())
+        total = sum(self.running.values()) if lengths else self.num_tokens
         if total != self.num_tokens:
             raise StateError(f"replica {self.replica_id}: num_tokens={self.num_tokens} but "
                              f"its running sequences hold {total} tokens")
@@ -196,21 +198,23 @@ class WorkloadSnapshot:
             return self.reward
         raise StateError(f"{role} has no replica load; training shifts as a whole")
 
-    def check(self) -> None:
+    def check(self, lengths: bool = True) -> None:
         """Validates the snapshot: every device in at most one place, replicas consistent.
 
         Sequences are checked for running on two replicas at once by set sizes (C speed,
         the planner checks every tick); only a snapshot that fails it is walked sequence
-        by sequence, for the message."""
+        by sequence, for the message. ``lengths`` False: a replica's per-sequence lengths
+        are not summed against its ``num_tokens`` (``ReplicaView.check``), for a planner
+        that reads only counts and totals (``Planner.reads_lengths``)."""
         seen: set[int] = set()
         count = 0
         for load in (self.rollout, self.reward):
             for r in load.replicas:
                 seen.update(r.running)
                 count += len(r.running)
-        self._check(walk_sequences=len(seen) != count)
+        self._check(walk_sequences=len(seen) != count, lengths=lengths)
 
-    def _check(self, walk_sequences: bool) -> None:
+    def _check(self, walk_sequences: bool, lengths: bool = True) -> None:
         owner: dict[int, str] = {}
         n = len(self.device_host)
 
@@ -233,7 +237,7 @@ class WorkloadSnapshot:
                 if r.role is not load.role:
                     raise StateError(f"replica {r.replica_id} has role {r.role.value} but is "
                                      f"listed under {load.role.value}")
-                r.check()
+                r.check(lengths)
                 for d in r.devices:
                     claim(d, f"replica {r.replica_id}")
                 for s in r.running if walk_sequences else ():

@@ -18,12 +18,19 @@ class Planner(abc.ABC):
         rollout_model / reward_model: the roles' throughput models (sec. 6.1).
     """
 
+    reads_lengths = True
+    """Whether ``_plan`` reads the snapshot's per-sequence lengths (``ReplicaView.running``'s
+    values). A planner that reads only counts, totals and devices sets it False; a driver
+    may then hand it views whose totals are true but whose per-sequence lengths lag
+    (the simulator's tick, ``pivot.sim.engine.SimCluster.sync_all``), and the check
+    skips summing them."""
+
     def __init__(self, rollout_model: ThroughputModel, reward_model: ThroughputModel) -> None:
         self.models = {Role.ROLLOUT: rollout_model, Role.REWARD: reward_model}
 
     def plan(self, snap: WorkloadSnapshot) -> ShiftPlan | None:
         """Validates the snapshot (raising StateError, never repairing), then plans."""
-        snap.check()
+        snap.check(lengths=self.reads_lengths)
         return self._plan(snap)
 
     @abc.abstractmethod

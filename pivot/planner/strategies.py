@@ -25,6 +25,8 @@ from pivot.types import INFERENCE_ROLES, Role, RoleLoad, WorkloadSnapshot
 class NoShiftPlanner(Planner):
     """Never shifts: each role keeps the devices it started with."""
 
+    reads_lengths = False
+
     def __init__(self, rollout_model: ThroughputModel | None = None,
                  reward_model: ThroughputModel | None = None) -> None:
         self.models = {Role.ROLLOUT: rollout_model, Role.REWARD: reward_model}

@@ -221,6 +221,9 @@ class SimDriver:
     def _tick(self) -> None:
         c = self.cluster
         c.sync_all()
+        reads = getattr(self.planner, "reads_lengths", True)
+        if reads:
+            c.list_stale()
         from pivot.shifting.role_shift import SlotKind
         snap = snapshot(self.clock.now, self.schedulers, self.shapes, self._training_load(),
                         self.device_map.device_host,
@@ -231,6 +234,8 @@ class SimDriver:
         self.tracer.planner_call(time.perf_counter() - t0,
                                  getattr(self.planner, "last_timings", {}), plan is not None,
                                  busy=bool(snap.rollout.num_seqs or snap.reward.num_seqs))
+        if plan is not None and not reads:
+            c.list_stale()  # the migrations read the schedulers' per-sequence lengths
         if plan is not None and not plan.up_devices:
             self._release(plan)
         elif plan is not None:

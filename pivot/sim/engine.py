@@ -96,14 +96,16 @@ class SimCluster:
     _synced: dict = field(default_factory=dict)
     """Replica -> its decode steps when its scheduler view last got the true lengths."""
     _stale: dict = field(default_factory=dict)
-    """Replica -> its decode steps at its last lazy preemption (``_preempt``): from then
-    until the next ``_sync_lengths`` its view holds N_tok as if every sequence had been
-    listed at those steps (as the former, eager preemption did), but older per-sequence
-    lengths (``_finish_stale``)."""
-    lazy_preempt = True
+    """Replica -> its decode steps when its view was last settled lazily (a preemption or
+    a tick): from then until ``_sync_lengths`` lists it, the view holds N_tok as if every
+    sequence had been listed at those steps (as the former, eager code did), but older
+    per-sequence lengths (``_finish_stale``)."""
+    lazy_lengths = True
     """A preemption settles only its victim's length and the replica's total in the
-    scheduler's view (O(1)); False: it lists every running sequence first (O(batch)), as
-    before. The runs are identical (tests/sim/test_incremental_tick.py)."""
+    scheduler's view, and a tick only the totals (O(1) a replica); the per-sequence
+    lengths are listed (O(batch)) when something reads them (``list_stale``). False:
+    every preemption and tick lists them, as before. The runs are identical
+    (tests/sim/test_incremental_tick.py)."""
     tokens_by_role: dict[Role, int] = field(default_factory=lambda: {r: 0 for r in Role})
     rollout_end: dict[int, float] = field(default_factory=dict)
     """Step -> virtual time its last response finished (the end of its generation)."""
@@ -239,13 +241,11 @@ class SimCluster:
         sched = self.schedulers[rep.role]
         self._check_thrash(rid, rep)
         victim = rep.newest()
-        if not self.lazy_preempt:
+        if not self.lazy_lengths:
             self._sync_lengths(rid, rep)
-        elif self._synced.get(rid) != rep.steps:
+        else:
             # only the victim's length is read (its abort); the total keeps dispatch exact
-            self._settle(rid, rep, [(victim, rep.length(victim))])
-            self._stale[rid] = rep.steps
-            self._synced.pop(rid, None)
+            self._settle_lazily(rid, rep, [(victim, rep.length(victim))])
         length = rep.remove(victim, self.now)
         sched.abort(rid, victim)
         sched.seqs[victim].generated_len = length - sched.seqs[victim].prompt_len
@@ -290,7 +290,8 @@ class SimCluster:
             self.maybe_start_training()
 
     def sync_all(self) -> None:
-        """Brings every replica to now and the schedulers' views to the true lengths.
+        """Brings every replica to now and the schedulers' views to the true totals (and,
+        with ``lazy_lengths`` off, lengths; else ``list_stale`` lists them).
 
         An idle replica has nothing to advance (its clock catches up when it next admits),
         and a replica that decoded no step since its view was last brought to its true
@@ -300,7 +301,24 @@ class SimCluster:
                 self.sync(rid)
         for rid, rep in self.replicas.items():
             if rep.num_seqs:
-                self._sync_lengths(rid, rep)
+                if self.lazy_lengths:
+                    self._settle_lazily(rid, rep, ())
+                else:
+                    self._sync_lengths(rid, rep)
+
+    def list_stale(self) -> None:
+        """Every lazily settled view gets its sequences' true lengths (before the
+        monitor or a migration reads them)."""
+        for rid in list(self._stale):
+            self._sync_lengths(rid, self.replicas[rid])
+
+    def _settle_lazily(self, rid: str, rep: SimReplica, lengths) -> None:
+        """``lengths`` and the true total, the rest left stale from ``rep.steps`` on;
+        nothing when the view already shows every true length."""
+        if self._synced.get(rid) != rep.steps:
+            self._settle(rid, rep, lengths)
+            self._stale[rid] = rep.steps
+            self._synced.pop(rid, None)
 
     def _sync_lengths(self, rid: str, rep: SimReplica) -> None:
         """The scheduler's view of ``rid`` gets every running sequence's true length.

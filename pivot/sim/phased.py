@@ -21,6 +21,7 @@ from pivot.types import INFERENCE_ROLES, Role, WorkloadSnapshot
 
 class _PhasedPlanner(Planner):
     include_training = False
+    reads_lengths = False  # counts, devices and training's state only
 
     def __init__(self, rollout_model=None, reward_model=None) -> None:
         self.models = {Role.ROLLOUT: rollout_model, Role.REWARD: reward_model}

@@ -39,7 +39,7 @@ def test_incremental_tick_equals_the_full_scan(deployment, monkeypatch):
     fast = _run(deployment)
     monkeypatch.setattr(SimCluster, "sync_all", _full_scan_sync_all)
     monkeypatch.setattr(SimCluster, "_sync_lengths", _full_sync_lengths)
-    monkeypatch.setattr(SimCluster, "lazy_preempt", False)
+    monkeypatch.setattr(SimCluster, "lazy_lengths", False)
     assert _run(deployment) == fast
 
 
