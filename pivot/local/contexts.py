@@ -197,8 +197,20 @@ class SlotTrainerContext:
         """Activations are rebuilt by the next forward pass."""
 
     def load_parameters(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Loads a GPS Read: full tensors, or this rank's dim-0 chunk of each (the Read
+        under ``FsdpReadLayouts``), whose rows fill the rank's FSDP2 shards."""
+        from pivot.roles.titan.hf_shards import ChunkRows, hf_shapes
+
         self.names = tuple(state)
-        self.timings.update(self.trainer.load_hf_state_dict(state))
+        full = hf_shapes(self.trainer.model, self.trainer.adapter)
+        if all(tuple(t.shape) == full.get(k) for k, t in state.items()):
+            self.timings.update(self.trainer.load_hf_state_dict(state))
+            self.last_read = "full"
+        else:
+            rank, world = self.trainer.rank, self.trainer.world_size
+            self.timings.update(self.trainer.load_hf_rows(ChunkRows(state, full, rank, world)))
+            self.last_read = "rows"
+        self.read_bytes = sum(t.numel() * t.element_size() for t in state.values())
         self.loaded = True
 
     @property
@@ -215,6 +227,8 @@ class SlotTrainerContext:
     def describe(self) -> dict[str, Any]:
         g = self.group
         return {"kv_capacity": 0, "loaded": self.loaded,
+                "last_read": getattr(self, "last_read", None),
+                "read_bytes": getattr(self, "read_bytes", 0),
                 "group": None if g is None else {"key": g.spec.key, "rank": g.rank,
                                                  "devices": list(g.spec.devices)},
                 "items": self.trainer.context_items()}

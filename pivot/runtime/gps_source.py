@@ -109,6 +109,47 @@ class TensorParallelReplicas:
         return layout
 
 
+@dataclass(frozen=True)
+class FsdpReadLayouts:
+    """The layout of each replica when training replicas Read only their FSDP shards: a
+    training replica of k > 1 devices Reads under TP = k along dim 0 of every parameter,
+    so rank r receives rows ``chunk_bounds(rows, k)[r:r + 2]`` of each HF tensor, about
+    1/k of the model (sec. 5.1, issue 15 item 3), which ``ChunkRows`` maps onto its FSDP2
+    shards. That holds when the chunks line up with FSDP2's: k divides dim 0 of every
+    parameter and the model's KV heads (torchtitan fuses q/k/v rows per KV group); other
+    k get None (full copies, as before). Inference replicas get ``inference``'s layout.
+
+    Args:
+        models: the models GPS holds, by name.
+        kv_heads: the KV heads of each trained model (its config.json).
+        inference: the inference replicas' layout function (None: full copies).
+    """
+
+    models: Mapping[str, ModelMeta]
+    kv_heads: Mapping[str, int]
+    inference: Callable[[Role, Sequence[int]], ParallelLayout | None] | None = None
+
+    def aligned(self, model: str, k: int) -> bool:
+        meta = self.models.get(model)
+        if meta is None or model not in self.kv_heads:
+            return False
+        return self.kv_heads[model] % k == 0 and all(
+            p.shape and p.shape[0] % k == 0 for p in meta.params)
+
+    def __call__(self, role: Role, devices: Sequence[int]) -> ParallelLayout | None:
+        if role is not Role.TRAINING:
+            return self.inference(role, devices) if self.inference is not None else None
+        model, k = MODEL_OF_ROLE[role], len(devices)
+        if k < 2 or not self.aligned(model, k):
+            return None
+        return ParallelLayout.create(self.models[model], tp=k, split_dim=_rows)
+
+
+def _rows(name: str, shape: Sequence[int]) -> int:
+    """Every parameter split along dim 0 (FSDP2's ``Shard(0)``)."""
+    return 0
+
+
 def writer_id(device: int | None = None) -> str:
     """The GPS Write lease holder of a device slot (``slot<d>``; the client's own process
     outside a slot): a slot restarted after a fault supersedes its own dead Write at once,

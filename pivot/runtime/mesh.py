@@ -44,8 +44,9 @@ class MeshController:
         torch_threads: intra-op threads per slot proc (None: torch's default).
         call_timeout_s: a slot call that takes longer fails (a dead process never answers).
         layouts: the layout of a replica, by role and devices (e.g.
-            ``gps_source.TensorParallelReplicas``: TP = replica size), or None for a full
-            copy per device; None (the default) gives every replica full copies.
+            ``gps_source.TensorParallelReplicas``: TP = replica size;
+            ``gps_source.FsdpReadLayouts``: a training rank Reads its rows), or None for a
+            full copy per device; None (the default) gives every replica full copies.
         slot_env: device -> environment of its slot proc (``Backend.slot_env``); None
             sets nothing.
     """
@@ -102,10 +103,12 @@ class MeshController:
               factories: Mapping[Role, Callable[[], RoleContext]],
               clock: Clock = time.monotonic, torch_threads: int | None = 1,
               hosts: int = 1,
-              slot_env: Callable[[int], Mapping[str, str]] | None = None) -> "MeshController":
+              slot_env: Callable[[int], Mapping[str, str]] | None = None,
+              layouts: Callable[[Role, tuple[int, ...]], Any] | None = None
+              ) -> "MeshController":
         """Allocates ``num_devices`` procs over ``hosts`` hosts and spawns their slots."""
         return cls(allocate(num_devices, hosts), source, factories, clock, torch_threads,
-                   slot_env=slot_env)
+                   layouts=layouts, slot_env=slot_env)
 
     # ---- SlotBackend -----------------------------------------------------------------
     def shift_down(self, role: Role, replica_id: str, devices: tuple[int, ...]) -> ShiftResult:
@@ -125,10 +128,11 @@ class MeshController:
                        devices: tuple[int, ...]) -> "_PendingShift":
         """Starts the shift up on every device of the replica; ``.get()`` waits."""
         layout = self.layouts(role, devices) if self.layouts is not None else None
-        if role is Role.TRAINING and layout is None:
-            # one rank per device, joined in the replica's gloo group (FSDP2, sec. 5.2)
+        if role is Role.TRAINING:
+            # one rank per device, joined in the replica's group (FSDP2, sec. 5.2); with a
+            # layout each rank Reads only its rows (FsdpReadLayouts), else a full copy
             spec = self.training_groups.spec(tuple(devices))
-            futs = [self.slots[d].shift_up.call_one(role, replica_id, None, tuple(devices),
+            futs = [self.slots[d].shift_up.call_one(role, replica_id, layout, tuple(devices),
                                                     spec) for d in devices]
         elif layout is None:  # a full copy per device (every local-driver replica)
             futs = [self.slots[d].shift_up.call_one(role, replica_id) for d in devices]

@@ -107,13 +107,13 @@ class SlotActor(Actor):
             def read():
                 return self.source.read(ctx.model, (self.device,), None)[self.device]
         else:
-            group = tuple(devices) if devices is not None else (self.device,)
-            if self.device not in group:
+            members = tuple(devices) if devices is not None else (self.device,)
+            if self.device not in members:
                 raise StateError(f"slot {self.device}: shift up to {role.value} replica "
-                                 f"{replica_id} on devices {list(group)}, which lack it")
+                                 f"{replica_id} on devices {list(members)}, which lack it")
 
             def read():
-                return self.source.read(ctx.model, group, layout,
+                return self.source.read(ctx.model, members, layout,
                                         only=(self.device,))[self.device]
 
         joined = ctx.join(group) if group is not None and hasattr(ctx, "join") else {}

@@ -34,16 +34,18 @@ class _Control:
         return self.ctl.device_map.replica_devices(rid) if rid else ()
 
 
-@pytest.fixture(scope="module")
-def slots(tiny_model):
+@pytest.fixture(scope="module", params=["full_reads", "rank_reads"])
+def slots(tiny_model, request):
     """4 slots with only a training context each (built beside a world-of-one default
-    group), GPS holding the tiny policy."""
+    group), GPS holding the tiny policy. ``rank_reads``: a 2-slot training replica's ranks
+    Read only their rows of each tensor (``FsdpReadLayouts``, as ``LocalStack`` runs);
+    ``full_reads``: every rank Reads a full copy."""
     from safetensors.torch import load_file
 
     from pivot.gps.actor import GPSActor
     from pivot.gps.layout import ModelMeta, plan_storage
     from pivot.local.control import LocalTrainer
-    from pivot.runtime.gps_source import GPSParameterSource
+    from pivot.runtime.gps_source import FsdpReadLayouts, GPSParameterSource
     from pivot.runtime.mesh import MeshController
     from pivot.runtime.provision import spawn_host_service
     from pivot.testing.trainer import trainer_beside_world_of_one
@@ -56,9 +58,11 @@ def slots(tiny_model):
     source = GPSParameterSource([gps], metas, storage, (0,) * 4)
     source.gps.load(POLICY, sd)
     factory = functools.partial(trainer_beside_world_of_one, tiny_model, LR, 128, 0)
-    ctl = MeshController.local(4, source, {Role.TRAINING: factory})
+    layouts = (FsdpReadLayouts(metas, {POLICY: 2}) if request.param == "rank_reads"
+               else None)   # the tiny policy has 2 KV heads
+    ctl = MeshController.local(4, source, {Role.TRAINING: factory}, layouts=layouts)
     port = LocalTrainer(ctl, None, _Control(ctl), source, 0)
-    yield ctl, port, source, sd
+    yield ctl, port, source, sd, request.param
     ctl.stop()
     source.gps.close()
     gps.close.call_one().get()
@@ -78,7 +82,7 @@ def _batch(seed: int, vocab: int):
 def test_two_slots_train_like_one_across_moves_between_slots(slots, tiny_model):
     from pivot.roles.trainer import Trainer
 
-    ctl, port, source, sd = slots
+    ctl, port, source, sd, reads = slots
     ref = Trainer(Trainer.Config(model=tiny_model, max_seq_len=128,
                                  optimizer=Trainer.Optimizer(lr=LR)))
     ref.setup()
@@ -118,6 +122,12 @@ def test_two_slots_train_like_one_across_moves_between_slots(slots, tiny_model):
         assert diff <= WEIGHT_ATOL, f"step {version} on {devs}: weights differ by {diff:.2e}"
         info = [ctl.describe(d)["contexts"]["training"]["group"] for d in devs]
         assert [g["rank"] for g in info] == list(range(len(devs)))
+        ctxs = [ctl.describe(d)["contexts"]["training"] for d in devs]
+        rows = reads == "rank_reads" and len(devs) == 2
+        assert [c["last_read"] for c in ctxs] == ["rows" if rows else "full"] * len(devs)
+        full_bytes = sum(t.numel() * t.element_size() for t in sd.values())
+        assert sum(c["read_bytes"] for c in ctxs) == (full_bytes if rows
+                                                      else full_bytes * len(devs))
         ctl.shifter.shift_down(rid)
     logging.getLogger(__name__).warning("worst loss rel diff %.2e, worst weight diff %.2e",
                                         worst_loss, worst_w)

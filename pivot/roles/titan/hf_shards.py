@@ -31,6 +31,7 @@ from torch.distributed.tensor import DTensor, Shard
 from pivot.errors import ConfigError, StateError
 
 __all__ = [
+    "ChunkRows",
     "HFShard",
     "RowReader",
     "RowSegment",
@@ -93,6 +94,43 @@ class StateDictRows:
         return self.state_dict[name][start:stop]
 
 
+class ChunkRows:
+    """Rows of this rank's dim-0 chunk of each HF tensor (a GPS Read under the FSDP read
+    layout, ``pivot.runtime.gps_source.FsdpReadLayouts``): rank ``rank`` of ``world`` holds
+    rows ``chunk_bounds(rows, world)[rank:rank + 2]`` of every tensor. A request outside the
+    chunk raises: the model's shards and the Read's chunks do not line up."""
+
+    def __init__(self, chunks: Mapping[str, torch.Tensor],
+                 full_shapes: Mapping[str, tuple[int, ...]], rank: int, world: int) -> None:
+        from pivot.gps.layout import chunk_bounds
+
+        self.chunks, self.full_shapes = chunks, dict(full_shapes)
+        self.first: dict[str, int] = {}
+        for name, t in chunks.items():
+            full = self.full_shapes.get(name)
+            if full is None:
+                raise StateError(f"ChunkRows: {name!r} is not a tensor of the model")
+            lo, hi = (int(b) for b in chunk_bounds(full[0], world)[rank:rank + 2])
+            if tuple(t.shape) != (hi - lo, *full[1:]):
+                raise StateError(f"ChunkRows: {name} holds shape {tuple(t.shape)}, but rank "
+                                 f"{rank} of {world} holds rows [{lo}, {hi}) of "
+                                 f"{tuple(full)}")
+            self.first[name] = lo
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self.full_shapes[name]
+
+    def rows(self, name: str, start: int, stop: int) -> torch.Tensor:
+        if name not in self.first:
+            raise StateError(f"ChunkRows: the Read holds no {name!r}")
+        lo = self.first[name]
+        hi = lo + self.chunks[name].shape[0]
+        if not lo <= start <= stop <= hi:
+            raise StateError(f"ChunkRows: rows [{start}, {stop}) of {name} lie outside "
+                             f"this rank's chunk [{lo}, {hi}); read full tensors instead")
+        return self.chunks[name][start - lo:stop - lo]
+
+
 class SafetensorsRows:
     """Rows read by slices from a HF checkpoint folder (``model.safetensors`` or a sharded
     ``model.safetensors.index.json``): only the bytes of the requested rows are read.
@@ -145,7 +183,9 @@ def local_rows(p: torch.Tensor) -> tuple[int, int]:
         raise StateError(f"hf_shards: a parameter placed {tuple(p.placements)} on a "
                          f"{p.device_mesh.ndim}-D mesh; only FSDP2's Shard(0) on a 1-D mesh "
                          f"is supported")
-    n, world, me = p.shape[0], p.device_mesh.size(0), p.device_mesh.get_local_rank(0)
+    # the mesh's coordinate, not get_local_rank(): that translates the default group's
+    # rank, which is 0 in every slot of a side group (pivot.compat.torch_dist)
+    n, world, me = p.shape[0], p.device_mesh.size(0), p.device_mesh.get_coordinate()[0]
     per = -(-n // world)
     start = min(me * per, n)
     return start, min(start + per, n)

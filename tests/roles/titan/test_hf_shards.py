@@ -101,3 +101,18 @@ def test_a_write_must_cover_every_row_exactly_once():
         merge_hf_shards([HFShard("w", 0, t[:3])], shapes)
     with pytest.raises(StateError, match="exactly once"):
         merge_hf_shards([HFShard("w", 0, t[:3]), HFShard("w", 2, t[2:])], shapes)
+
+
+def test_chunk_rows_serve_only_their_chunk_and_check_its_shape():
+    from pivot.roles.titan.hf_shards import ChunkRows
+
+    full = torch.arange(10 * 3, dtype=torch.float32).reshape(10, 3)
+    r = ChunkRows({"w": full[5:]}, {"w": (10, 3)}, rank=1, world=2)
+    assert r.shape("w") == (10, 3)
+    assert torch.equal(r.rows("w", 6, 9), full[6:9])
+    with pytest.raises(StateError, match="outside this rank's chunk"):
+        r.rows("w", 4, 6)
+    with pytest.raises(StateError, match="holds no"):
+        r.rows("b", 0, 1)
+    with pytest.raises(StateError, match=r"rank 0 of 3 holds rows \[0, 4\)"):
+        ChunkRows({"w": full[5:]}, {"w": (10, 3)}, rank=0, world=3)
