@@ -40,23 +40,10 @@ def gloo_side_group(store: Any, rank: int, size: int, name: str,
 
     Blocks until all ``size`` ranks have connected (gloo's rendezvous through the store).
     """
-    import torch
     import torch.distributed as dist
-    from torch._C._distributed_c10d import ProcessGroup
-    from torch.distributed.distributed_c10d import _register_pg_in_world
 
-    timeout = timedelta(seconds=timeout_s)
-    backend = dist.ProcessGroupGloo(store, rank, size, timeout)
-    backend._set_sequence_number_for_group()
-    pg = ProcessGroup(store, rank, size)
-    pg._set_default_backend(ProcessGroup.BackendType.GLOO)
-    pg._register_backend(torch.device("cpu"), ProcessGroup.BackendType.GLOO, backend)
-    pg._set_group_name(name)
-    pg._set_group_desc(name)
-    _register_pg_in_world(pg, backend_name="gloo", store=store, group_name=name,
-                          backend_config="cpu:gloo",
-                          rank_mapping={r: r for r in range(size)})
-    return pg
+    backend = dist.ProcessGroupGloo(store, rank, size, timedelta(seconds=timeout_s))
+    return _registered(backend, "gloo", "cpu", store, rank, size, name)
 
 
 def nccl_side_group(store: Any, rank: int, size: int, name: str,
@@ -69,8 +56,6 @@ def nccl_side_group(store: Any, rank: int, size: int, name: str,
     """
     import torch
     import torch.distributed as dist
-    from torch._C._distributed_c10d import ProcessGroup
-    from torch.distributed.distributed_c10d import _register_pg_in_world
 
     if not dist.is_nccl_available():
         from pivot.errors import ConfigError
@@ -81,14 +66,27 @@ def nccl_side_group(store: Any, rank: int, size: int, name: str,
     opts = dist.ProcessGroupNCCL.Options()
     opts._timeout = timedelta(seconds=timeout_s)
     backend = dist.ProcessGroupNCCL(store, rank, size, opts)
+    return _registered(backend, "nccl", "cuda", store, rank, size, name)
+
+
+def _registered(backend: Any, kind: str, device_type: str, store: Any, rank: int,
+                size: int, name: str) -> Any:
+    """A ``ProcessGroup`` over ``backend`` (gloo or NCCL) for ``device_type``, registered
+    in c10d's world under ``name`` with its own ranks (the way ``torch.distributed._dist2``
+    builds one)."""
+    import torch
+    from torch._C._distributed_c10d import ProcessGroup
+    from torch.distributed.distributed_c10d import _register_pg_in_world
+
+    kind_enum = getattr(ProcessGroup.BackendType, kind.upper())
     backend._set_sequence_number_for_group()
     pg = ProcessGroup(store, rank, size)
-    pg._set_default_backend(ProcessGroup.BackendType.NCCL)
-    pg._register_backend(torch.device("cuda"), ProcessGroup.BackendType.NCCL, backend)
+    pg._set_default_backend(kind_enum)
+    pg._register_backend(torch.device(device_type), kind_enum, backend)
     pg._set_group_name(name)
     pg._set_group_desc(name)
-    _register_pg_in_world(pg, backend_name="nccl", store=store, group_name=name,
-                          backend_config="cuda:nccl",
+    _register_pg_in_world(pg, backend_name=kind, store=store, group_name=name,
+                          backend_config=f"{device_type}:{kind}",
                           rank_mapping={r: r for r in range(size)})
     return pg
 
