@@ -22,6 +22,7 @@ import os
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -39,6 +40,36 @@ logger = logging.getLogger(__name__)
 
 StateDicts = Mapping[int, Mapping[str, torch.Tensor]]
 """Per device id: parameter name -> the shard of it that device holds under ``P``."""
+
+
+@dataclass(frozen=True)
+class WriteTicket:
+    """A Write begun on every host (:meth:`GlobalParameterStorage.begin_write`), picklable:
+    what another process needs to stage its devices' part of it (``write_part``) under
+    the beginning client's lease, before that client finishes it (``finish_write``).
+
+    Attributes:
+        staged: host -> where the version is staged on it.
+        published: the highest version published when the Write began.
+    """
+
+    model: str
+    version: int
+    published: int | None
+    holder: str
+    devices: tuple[int, ...]
+    layout: ParallelLayout
+    staged: Mapping[int, Manifest]
+    verify: bool = False
+
+
+@dataclass(frozen=True)
+class WritePart:
+    """What one writer staged of a Write (``write_part``): its devices of G, and per host
+    the checksums the host must find (empty unless the ticket verifies)."""
+
+    devices: tuple[int, ...]
+    expected: Mapping[int, list]
 
 
 def default_transports() -> dict[Link, Transport]:
@@ -224,46 +255,98 @@ class GlobalParameterStorage:
         for r in range(len(plan.devices)):
             self._check_state(plan, r, states, "states")
         with self.lock:
-            return self._write(plan, states, verify, _initial)
+            ticket = self.begin_write(model, devices, layout, verify=verify,
+                                      _initial=_initial)
+            try:
+                part = self.write_part(ticket, states)
+            except BaseException as e:
+                self.abort(ticket, e)
+                raise
+            return self.finish_write(ticket, [part])
 
-    def _write(self, plan: Plan, states: StateDicts, verify: bool, initial: bool) -> int:
-        model = plan.model.name
-        groups = plan.transfers()
+    # A Write in three calls, so that several processes (the ranks of a training replica)
+    # each stage their own devices' part of one version: the client that begins it
+    # finishes it with every part's checksums (sec. 5.1; issue 15, item 3).
+    def begin_write(self, model: str, devices: Sequence[int], layout: ParallelLayout, *,
+                    verify: bool = False, _initial: bool = False) -> WriteTicket:
+        """Phase 1 begins: the next version of ``model`` is staged on every host under
+        this client's lease. Pass the ticket to ``write_part`` (any process) and then to
+        ``finish_write`` (this client), or to ``abort``."""
+        if model == GENRM and not _initial:
+            raise StateError(f"Write(M={GENRM!r}) is not allowed: the GenRM is frozen "
+                             f"(sec. 5.1); load it once with load()")
+        self.planner.write(model, devices, layout)   # refuses a bad G or P before staging
         latest = [self.hosts[h].latest(model) for h in range(len(self.hosts))]
         old = max((v for v in latest if v is not None), default=None)
         version = 0 if old is None else old + 1
         staged: dict[int, Manifest] = {}
-        ttl = self.lease.ttl_s
         try:
-            renewed: dict[int, float] = {}
-            for h in range(len(self.hosts)):  # phase 1: stage and verify on every host
-                staged[h] = self.hosts[h].begin_write(model, version, initial=initial,
-                                                      holder=self.holder, ttl_s=ttl,
-                                                      published=old)
-                renewed[h] = time.monotonic()
-            expected: dict[int, list] = {h: [] for h in staged}
-            for (h, r), ts in groups.items():
-                link = Link.LOCAL if self.planner.device_host[plan.devices[r]] == h \
-                    else Link.REMOTE
-                src = states[plan.devices[r]]
-                expected[h] += self.transports[link].write(self.hosts[h], staged[h], ts, src,
-                                                           verify)
-                now = time.monotonic()
-                for x in [x for x, t in renewed.items() if due(t, ttl, now)]:
-                    # shm and NIXL copies bypass the host: renew the lease explicitly
-                    self.hosts[x].renew(model, version, self.holder)
-                    renewed[x] = time.monotonic()
-            for h in staged:
-                self.hosts[h].prepare(model, version, expected[h])
-            for h in staged:  # phase 2: install everywhere
+            for h in range(len(self.hosts)):
+                staged[h] = self.hosts[h].begin_write(model, version, initial=_initial,
+                                                      holder=self.holder,
+                                                      ttl_s=self.lease.ttl_s, published=old)
+        except BaseException:
+            self._discard(model, version, staged)
+            raise
+        return WriteTicket(model, version, old, self.holder, tuple(devices), layout, staged,
+                           verify)
+
+    def write_part(self, ticket: WriteTicket, states: StateDicts,
+                   only: Sequence[int] | None = None) -> WritePart:
+        """Stages the shards of the devices ``only`` (default: all of G) of a begun Write;
+        ``states`` holds those devices' shards. Returns what it staged, for
+        ``finish_write``. Renews the ticket's lease as it goes."""
+        plan = self.planner.write(ticket.model, ticket.devices, ticket.layout)
+        ranks = set(self._ranks(plan, only))
+        for r in sorted(ranks):
+            self._check_state(plan, r, states, "states")
+        ttl = self.lease.ttl_s
+        renewed = {h: time.monotonic() for h in ticket.staged}
+        expected: dict[int, list] = {h: [] for h in ticket.staged}
+        for (h, r), ts in plan.transfers().items():
+            if r not in ranks:
+                continue
+            link = Link.LOCAL if self.planner.device_host[plan.devices[r]] == h \
+                else Link.REMOTE
+            expected[h] += self.transports[link].write(self.hosts[h], ticket.staged[h], ts,
+                                                       states[plan.devices[r]],
+                                                       ticket.verify)
+            now = time.monotonic()
+            for x in [x for x, t in renewed.items() if due(t, ttl, now)]:
+                # shm and NIXL copies bypass the host: renew the lease explicitly
+                self.hosts[x].renew(ticket.model, ticket.version, ticket.holder)
+                renewed[x] = time.monotonic()
+        return WritePart(tuple(plan.devices[r] for r in sorted(ranks)), expected)
+
+    def finish_write(self, ticket: WriteTicket, parts: Sequence[WritePart]) -> int:
+        """Checks that the parts staged every device of G exactly once, then every host
+        verifies them (prepare) and installs the version (phase 2), and it is published
+        (phase 3). A failure before publishing discards the version on every host.
+        Returns the version."""
+        model, version = ticket.model, ticket.version
+        try:
+            staged = sorted(d for part in parts for d in part.devices)
+            if staged != sorted(ticket.devices):
+                raise StateError(f"Write of {model} v{version}: the parts staged devices "
+                                 f"{staged}, G is {sorted(ticket.devices)}; every device's "
+                                 f"shards must be staged exactly once")
+            for h in ticket.staged:
+                self.hosts[h].prepare(model, version, [e for part in parts
+                                                       for e in part.expected.get(h, [])])
+            for h in ticket.staged:
                 self.hosts[h].install(model, version)
         except BaseException as e:
-            self._discard(model, version, staged)
-            logger.warning("Write of %s v%d failed (%s); discarded on hosts %s, every host "
-                           "keeps v%s", model, version, e, sorted(staged), old)
+            self.abort(ticket, e)
             raise
-        self._publish(model, version)  # phase 3
+        self._publish(model, version)
         return version
+
+    def abort(self, ticket: WriteTicket, why: BaseException | str = "aborted") -> None:
+        """Discards a begun Write on every host; each keeps its previous version."""
+        self._discard(ticket.model, ticket.version, ticket.staged)
+        logger.warning("Write of %s v%d failed (%s); discarded on hosts %s, every host "
+                       "keeps v%s", ticket.model, ticket.version, why, sorted(ticket.staged),
+                       ticket.published)
 
     def _discard(self, model: str, version: int, hosts: Sequence[int]) -> None:
         for h in hosts:

@@ -198,7 +198,7 @@ class SlotTrainerContext:
 
     def load_parameters(self, state: Mapping[str, torch.Tensor]) -> None:
         """Loads a GPS Read: full tensors, or this rank's dim-0 chunk of each (the Read
-        under ``FsdpReadLayouts``), whose rows fill the rank's FSDP2 shards."""
+        under ``FsdpShardLayouts``), whose rows fill the rank's FSDP2 shards."""
         from pivot.roles.titan.hf_shards import ChunkRows, hf_shapes
 
         self.names = tuple(state)
@@ -215,14 +215,24 @@ class SlotTrainerContext:
 
     @property
     def weights(self) -> dict[str, torch.Tensor]:
-        """HF-named tensors under GPS's names (for ``SlotActor.write_back``): full tensors
-        on rank 0, {} on the other ranks. Collective across the replica's slots."""
+        """HF-named tensors under GPS's names (for ``SlotActor.write_back``, the Write
+        when the ranks' rows do not line up with ``FsdpShardLayouts``): full tensors on
+        rank 0, {} on the other ranks. Collective across the replica's slots."""
         if not self.loaded:
             return {}
         sd = self.trainer.state_dict_hf()
         if self.trainer.rank != 0:
             return {}
         return {k: sd[k] for k in (self.names or sd)}
+
+    def weight_chunk(self) -> dict[str, torch.Tensor]:
+        """This rank's dim-0 chunk of every HF tensor, from its own FSDP2 shards (no
+        collective): its part of a Write under ``FsdpShardLayouts``."""
+        from pivot.roles.titan.hf_shards import chunk_of, hf_shapes
+
+        full = hf_shapes(self.trainer.model, self.trainer.adapter)
+        return chunk_of(self.trainer.hf_shards(), full, self.trainer.rank,
+                        self.trainer.world_size)
 
     def describe(self) -> dict[str, Any]:
         g = self.group

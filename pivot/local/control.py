@@ -222,9 +222,7 @@ class LocalTrainer:
         event loop keeps running)."""
         devs = self.control.training_devices()
         t = time.perf_counter()
-        pending = [self.ctl.write_back_start(d) for d in devs]
-        for p in pending:
-            await p.wait()
+        await self.ctl.write_back_replica(tuple(devs)).wait()
         self.control.publishes += 1
         write_s = time.perf_counter() - t
         refresh_s = await self.fleet.refresh_rollout_async()

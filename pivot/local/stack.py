@@ -90,7 +90,7 @@ class LocalStack:
         from pivot.local.contexts import GeneratorFactory, SlotTrainerContext
         from pivot.models.tokenizer import TextCodec
         from pivot.roles.engine.config import read_hf_config
-        from pivot.runtime.gps_source import FsdpReadLayouts, GPSParameterSource
+        from pivot.runtime.gps_source import FsdpShardLayouts, GPSParameterSource
         from pivot.runtime.mesh import MeshController
         from pivot.runtime.provision import allocate, spawn_host_service
 
@@ -141,9 +141,9 @@ class LocalStack:
         # engine start-up under load takes minutes on 2 shared cores: a long call timeout
         per_host = g.backend.per_host(g.devices)
         # a training replica of k slots: each rank Reads only its rows where they line up
-        # with its FSDP2 shards (FsdpReadLayouts), else a full copy
+        # with its FSDP2 shards (FsdpShardLayouts), else a full copy
         kv = read_hf_config(self.policy_dir)[0].get("num_key_value_heads", 0)
-        layouts = FsdpReadLayouts(metas, {POLICY: int(kv)})
+        layouts = FsdpShardLayouts(metas, {POLICY: int(kv)})
         self.ctl = MeshController(alloc, self.source, factories, call_timeout_s=900.0,
                                   layouts=layouts,
                                   slot_env=functools.partial(g.backend.slot_env,

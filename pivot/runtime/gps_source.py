@@ -68,6 +68,21 @@ class GPSParameterSource:
         devices = tuple(devices)
         return self.gps.read(model, devices, self.layout(model, devices, layout), only=only)
 
+    def begin_write(self, model: str, devices: tuple[int, ...], layout: Any) -> Any:
+        """A Write that several processes stage a part of (``GlobalParameterStorage``'s
+        ``begin_write``; the ticket is picklable)."""
+        return self.gps.begin_write(model, devices, self.layout(model, devices, layout))
+
+    def write_part(self, ticket: Any, states: Mapping[int, StateDict],
+                   only: tuple[int, ...]) -> Any:
+        return self.gps.write_part(ticket, states, only=only)
+
+    def finish_write(self, ticket: Any, parts: Sequence[Any]) -> int:
+        return self.gps.finish_write(ticket, parts)
+
+    def abort_write(self, ticket: Any, why: Any) -> None:
+        self.gps.abort(ticket, why)
+
     def write(self, model: str, devices: tuple[int, ...], layout: Any,
               tensors: Mapping[int, StateDict]) -> None:
         devices = tuple(devices)
@@ -110,7 +125,7 @@ class TensorParallelReplicas:
 
 
 @dataclass(frozen=True)
-class FsdpReadLayouts:
+class FsdpShardLayouts:
     """The layout of each replica when training replicas Read only their FSDP shards: a
     training replica of k > 1 devices Reads under TP = k along dim 0 of every parameter,
     so rank r receives rows ``chunk_bounds(rows, k)[r:r + 2]`` of each HF tensor, about

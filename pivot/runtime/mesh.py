@@ -28,7 +28,7 @@ from pivot.shifting.device_map import Clock, DeviceMap
 from pivot.shifting.params import ParameterSource
 from pivot.shifting.role_shift import SlotKind
 from pivot.shifting.shifter import ShiftResult, Shifter
-from pivot.types import Role
+from pivot.types import MODEL_OF_ROLE, Role
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class MeshController:
         call_timeout_s: a slot call that takes longer fails (a dead process never answers).
         layouts: the layout of a replica, by role and devices (e.g.
             ``gps_source.TensorParallelReplicas``: TP = replica size;
-            ``gps_source.FsdpReadLayouts``: a training rank Reads its rows), or None for a
+            ``gps_source.FsdpShardLayouts``: a training rank Reads its rows), or None for a
             full copy per device; None (the default) gives every replica full copies.
         slot_env: device -> environment of its slot proc (``Backend.slot_env``); None
             sets nothing.
@@ -130,7 +130,7 @@ class MeshController:
         layout = self.layouts(role, devices) if self.layouts is not None else None
         if role is Role.TRAINING:
             # one rank per device, joined in the replica's group (FSDP2, sec. 5.2); with a
-            # layout each rank Reads only its rows (FsdpReadLayouts), else a full copy
+            # layout each rank Reads only its rows (FsdpShardLayouts), else a full copy
             spec = self.training_groups.spec(tuple(devices))
             futs = [self.slots[d].shift_up.call_one(role, replica_id, layout, tuple(devices),
                                                     spec) for d in devices]
@@ -167,6 +167,16 @@ class MeshController:
 
     def write_back(self, device: int) -> float:
         return self.write_back_start(device).get()
+
+    def write_back_replica(self, devices: tuple[int, ...]) -> "_PendingWrite":
+        """The training replica's GPS Write of its weights (sec. 5.1), started; ``.get()``
+        or ``await .wait()`` for the seconds it took. Under a layout for the replica
+        (``FsdpShardLayouts``) every rank stages its own rows into one Write that this
+        controller begins and finishes; else rank 0 gathers and Writes full tensors."""
+        devices = tuple(devices)
+        layout = (self.layouts(Role.TRAINING, devices) if self.layouts is not None
+                  else None)
+        return _PendingWrite(self, devices, layout)
 
     def write_back_start(self, device: int) -> _Pending:
         """Starts the training slot's GPS Write of its weights; ``.get()`` or ``await
@@ -292,6 +302,56 @@ class _PendingShift:
         """``get`` for a caller on an asyncio loop (the loop keeps running)."""
         return self.combine([await asyncio.wait_for(_awaitable(f), self.timeout)
                              for f in self.futs])
+
+
+class _PendingWrite:
+    """A training replica's Write (``write_back_replica``): one Write fed by every rank,
+    or rank 0's Write of gathered tensors."""
+
+    def __init__(self, ctl: "MeshController", devices: tuple[int, ...], layout: Any):
+        self.ctl, self.devices, self.layout = ctl, devices, layout
+        self.t0 = time.perf_counter()
+        self.ticket = None
+        if layout is None:   # every slot gathers (collective); rank 0 Writes
+            self.futs = [ctl.write_back_start(d) for d in devices]
+
+    def _begin(self) -> list:
+        model = MODEL_OF_ROLE[Role.TRAINING]
+        self.ticket = self.ctl.source.begin_write(model, self.devices, self.layout)
+        return [self.ctl._slot(d).write_part.call_one(self.ticket) for d in self.devices]
+
+    def _abort(self, e: BaseException) -> None:
+        if self.ticket is not None:
+            self.ctl.source.abort_write(self.ticket, e)
+
+    def get(self) -> float:
+        if self.layout is None:
+            for p in self.futs:
+                p.get()
+            return time.perf_counter() - self.t0
+        futs = self._begin()
+        try:
+            parts = [f.get(timeout=self.ctl.timeout) for f in futs]
+        except BaseException as e:
+            self._abort(e)
+            raise
+        self.ctl.source.finish_write(self.ticket, parts)
+        return time.perf_counter() - self.t0
+
+    async def wait(self) -> float:
+        """``get`` for a caller on an asyncio loop (the loop keeps running)."""
+        if self.layout is None:
+            for p in self.futs:
+                await p.wait()
+            return time.perf_counter() - self.t0
+        futs = await asyncio.to_thread(self._begin)
+        try:
+            parts = [await asyncio.wait_for(_awaitable(f), self.ctl.timeout) for f in futs]
+        except BaseException as e:
+            await asyncio.to_thread(self._abort, e)
+            raise
+        await asyncio.to_thread(self.ctl.source.finish_write, self.ticket, parts)
+        return time.perf_counter() - self.t0
 
 
 async def _awaitable(fut: Any) -> Any:

@@ -173,6 +173,18 @@ class SlotActor(Actor):
             self.source.write(ctx.model, (self.device,), layout, {self.device: weights})
         return time.perf_counter() - t
 
+    @endpoint
+    def write_part(self, ticket: Any) -> Any:
+        """Stages this rank's part of a training replica's Write (``ticket``: begun by the
+        controller, ``GPSParameterSource.begin_write``): its own rows of every tensor, with
+        no gather (``FsdpShardLayouts``). Returns the ``WritePart`` for the controller to
+        finish the Write with."""
+        if self.active is None:
+            raise StateError(f"slot {self.device}: write_part with no active role")
+        ctx = self.contexts[self.active]
+        return self.source.write_part(ticket, {self.device: ctx.weight_chunk()},
+                                      only=(self.device,))
+
     def _context(self, role: Role) -> RoleContext:
         if role not in self.contexts:
             raise StateError(f"slot {self.device}: no context for {role.value}; the slot was "

@@ -95,7 +95,7 @@ def test_training_on_two_slots_completes(name, training_devices, stack, tmp_path
     if name == "pivotrl":
         ups = [s for s in res.shifts if s["up_role"] == "training"]
         assert ups and all(len(u["up"][0]["devices"]) == 2 for u in ups)
-    # each rank Read only its rows of the policy (FsdpReadLayouts: the tiny policy's 2 KV
+    # each rank Read only its rows of the policy (FsdpShardLayouts: the tiny policy's 2 KV
     # heads and every dim 0 halve), half the bytes of a full copy each
     ctxs = [c["contexts"]["training"] for c in stack.ctl.describe_all()]
     reads = [c for c in ctxs if c["last_read"] is not None and c["group"] is not None

@@ -38,14 +38,14 @@ class _Control:
 def slots(tiny_model, request):
     """4 slots with only a training context each (built beside a world-of-one default
     group), GPS holding the tiny policy. ``rank_reads``: a 2-slot training replica's ranks
-    Read only their rows of each tensor (``FsdpReadLayouts``, as ``LocalStack`` runs);
+    Read only their rows of each tensor (``FsdpShardLayouts``, as ``LocalStack`` runs);
     ``full_reads``: every rank Reads a full copy."""
     from safetensors.torch import load_file
 
     from pivot.gps.actor import GPSActor
     from pivot.gps.layout import ModelMeta, plan_storage
     from pivot.local.control import LocalTrainer
-    from pivot.runtime.gps_source import FsdpReadLayouts, GPSParameterSource
+    from pivot.runtime.gps_source import FsdpShardLayouts, GPSParameterSource
     from pivot.runtime.mesh import MeshController
     from pivot.runtime.provision import spawn_host_service
     from pivot.testing.trainer import trainer_beside_world_of_one
@@ -58,7 +58,7 @@ def slots(tiny_model, request):
     source = GPSParameterSource([gps], metas, storage, (0,) * 4)
     source.gps.load(POLICY, sd)
     factory = functools.partial(trainer_beside_world_of_one, tiny_model, LR, 128, 0)
-    layouts = (FsdpReadLayouts(metas, {POLICY: 2}) if request.param == "rank_reads"
+    layouts = (FsdpShardLayouts(metas, {POLICY: 2}) if request.param == "rank_reads"
                else None)   # the tiny policy has 2 KV heads
     ctl = MeshController.local(4, source, {Role.TRAINING: factory}, layouts=layouts)
     port = LocalTrainer(ctl, None, _Control(ctl), source, 0)
@@ -112,9 +112,11 @@ def test_two_slots_train_like_one_across_moves_between_slots(slots, tiny_model):
         assert rel <= LOSS_RTOL, (devs, m["trainer/fb/loss"], want["trainer/fb/loss"])
         assert m["trainer/optim/grad_norm"] == pytest.approx(
             want["trainer/optim/grad_norm"], rel=LOSS_RTOL)
-        # GPS Write: both ranks gather, rank 0 writes
-        for p in [ctl.write_back_start(d) for d in devs]:
-            p.get()
+        # GPS Write: rank reads -> every rank stages its own rows of one Write; full reads
+        # -> both ranks gather, rank 0 writes
+        v0 = source.gps.latest(POLICY)
+        ctl.write_back_replica(devs).get()
+        assert source.gps.latest(POLICY) == v0 + 1
         got = source.read(POLICY, (0,))[0]
         expect = ref.state_dict_hf()
         diff = max(float((got[k] - expect[k]).abs().max()) for k in expect)

@@ -33,6 +33,7 @@ from pivot.errors import ConfigError, StateError
 __all__ = [
     "ChunkRows",
     "HFShard",
+    "chunk_of",
     "RowReader",
     "RowSegment",
     "SafetensorsRows",
@@ -96,7 +97,7 @@ class StateDictRows:
 
 class ChunkRows:
     """Rows of this rank's dim-0 chunk of each HF tensor (a GPS Read under the FSDP read
-    layout, ``pivot.runtime.gps_source.FsdpReadLayouts``): rank ``rank`` of ``world`` holds
+    layout, ``pivot.runtime.gps_source.FsdpShardLayouts``): rank ``rank`` of ``world`` holds
     rows ``chunk_bounds(rows, world)[rank:rank + 2]`` of every tensor. A request outside the
     chunk raises: the model's shards and the Read's chunks do not line up."""
 
@@ -314,6 +315,35 @@ def hf_shards(model: torch.nn.Module, adapter) -> list[HFShard]:
     for n, segs in row_segments(model, adapter).items():
         loc = _local(params[n]).detach()
         out += [HFShard(s.hf_name, s.src, loc[s.dst:s.dst + s.rows]) for s in segs]
+    return out
+
+
+def chunk_of(pieces, full_shapes: Mapping[str, tuple[int, ...]], rank: int,
+             world: int) -> dict[str, torch.Tensor]:
+    """This rank's Write pieces (``hf_shards``) as its dim-0 chunk of each HF tensor (rows
+    ``chunk_bounds(rows, world)[rank:rank + 2]``, what ``FsdpShardLayouts`` Writes): the
+    pieces of a name must tile exactly that range, else StateError (the model's shards do
+    not line up with the chunks)."""
+    from pivot.gps.layout import chunk_bounds
+
+    by_name: dict[str, list[HFShard]] = {}
+    for p in pieces:
+        by_name.setdefault(p.name, []).append(p)
+    out = {}
+    for name, full in full_shapes.items():
+        lo, hi = (int(b) for b in chunk_bounds(full[0], world)[rank:rank + 2])
+        mine = sorted(by_name.get(name, []), key=lambda p: p.start)
+        at = lo
+        for p in mine:
+            if p.start != at:
+                break
+            at += p.tensor.shape[0]
+        if at != hi:
+            raise StateError(f"chunk_of: rank {rank} of {world} holds rows "
+                             f"{[(p.start, p.start + p.tensor.shape[0]) for p in mine]} of "
+                             f"{name}, not its chunk [{lo}, {hi}); write full tensors instead")
+        out[name] = (torch.cat([p.tensor for p in mine]) if mine
+                     else torch.empty((0, *full[1:])))
     return out
 
 

@@ -116,3 +116,16 @@ def test_chunk_rows_serve_only_their_chunk_and_check_its_shape():
         r.rows("b", 0, 1)
     with pytest.raises(StateError, match=r"rank 0 of 3 holds rows \[0, 4\)"):
         ChunkRows({"w": full[5:]}, {"w": (10, 3)}, rank=0, world=3)
+
+
+def test_chunk_of_joins_a_ranks_pieces_into_its_chunk_or_refuses():
+    from pivot.roles.titan.hf_shards import HFShard, chunk_of
+
+    full = torch.arange(8 * 2, dtype=torch.float32).reshape(8, 2)
+    pieces = [HFShard("w", 6, full[6:8]), HFShard("w", 4, full[4:6])]   # any order
+    got = chunk_of(pieces, {"w": (8, 2)}, rank=1, world=2)
+    assert torch.equal(got["w"], full[4:8])
+    with pytest.raises(StateError, match=r"not its chunk \[4, 8\)"):
+        chunk_of(pieces[:1], {"w": (8, 2)}, rank=1, world=2)     # a gap
+    with pytest.raises(StateError, match="not its chunk"):
+        chunk_of(pieces, {"w": (8, 2)}, rank=0, world=2)         # another rank's rows
