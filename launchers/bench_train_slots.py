@@ -6,7 +6,10 @@ world-of-one default group (what vLLM leaves in a slot's process; the engines th
 are left out: idle, they cost no CPU). For each k the training replica shifts up on slots
 0..k-1 and runs ``--steps`` GRPO steps through ``LocalTrainer`` (the driver's port: every
 rank gets the batch, trains its rows), after ``--warmup`` unmeasured ones; then it shifts
-down. Writes ``results/local/train_slots.json``.
+down. Each step's weights are written back twice, by the run's path (each rank Writes its
+own rows where ``FsdpShardLayouts`` applies, as in a run) and by rank 0 after a gather, and
+the replica's last shift up is repeated under each Read path, so the two compare within
+one run. Writes ``results/local/train_slots.json``.
 
     .venv/bin/python launchers/bench_train_slots.py [--rows 32 128] [--len 96] [--steps 6]
 """
@@ -67,7 +70,8 @@ def main() -> None:
     from pivot.local.cgroups import SlotCpuShares
     from pivot.local.control import LocalTrainer
     from pivot.roles.titan.model import Qwen3Shape
-    from pivot.runtime.gps_source import GPSParameterSource
+    from pivot.roles.engine.config import read_hf_config
+    from pivot.runtime.gps_source import FsdpShardLayouts, GPSParameterSource
     from pivot.runtime.mesh import MeshController
     from pivot.runtime.provision import spawn_host_service
     from pivot.testing.trainer import trainer_beside_world_of_one
@@ -84,7 +88,9 @@ def main() -> None:
     source = GPSParameterSource([gps], metas, storage, (0,) * n)
     source.gps.load(POLICY, sd)
     factory = functools.partial(trainer_beside_world_of_one, a.model, 3e-4, 512, 0, 128)
-    ctl = MeshController.local(n, source, {Role.TRAINING: factory})
+    kv = int(read_hf_config(a.model)[0]["num_key_value_heads"])
+    layouts = FsdpShardLayouts(metas, {POLICY: kv})
+    ctl = MeshController.local(n, source, {Role.TRAINING: factory}, layouts=layouts)
     shares = SlotCpuShares(a.cpu_share, name=f"benchtrain{os.getpid()}")
     for d in range(n):
         shares.assign(d, ctl.describe(d)["pid"])
@@ -98,30 +104,49 @@ def main() -> None:
                 port = LocalTrainer(ctl, None, _Control(ctl), source, 0)
                 devs = tuple(range(k))
                 up = ctl.shifter.shift_up(Role.TRAINING, f"training-{rows}-{k}", devs)
-                steps, cpu, fetch, write = [], [], [], []
+                steps, cpu, fetch, write, gathered = [], [], [], [], []
                 for i in range(a.warmup + a.steps):
                     m = port.train_batch(_batch(rows, a.len, vocab, i), version)
                     version += 1
                     t = time.perf_counter()
-                    for p in [ctl.write_back_start(d) for d in devs]:
+                    ctl.write_back_replica(devs).get()    # the run's path
+                    t2 = time.perf_counter()
+                    for p in [ctl.write_back_start(d) for d in devs]:   # gather, rank 0
                         p.get()
                     if i >= a.warmup:
                         steps.append(m["trainer/step_s"])
                         cpu.append(m["trainer/thread_cpu_s"])
                         fetch.append(m["trainer/optimizer_fetch_s"])
-                        write.append(time.perf_counter() - t)
+                        write.append(t2 - t)
+                        gathered.append(time.perf_counter() - t2)
+                reads = {}
+                for name, lay in (("rows", layouts), ("full", None)):
+                    ctl.shifter.shift_down(ctl.shifter.training_replica())
+                    ctl.layouts = lay
+                    again = ctl.shifter.shift_up(Role.TRAINING, f"training-{rows}-{k}-{name}",
+                                                 devs)
+                    ctx = ctl.describe(devs[0])["contexts"]["training"]
+                    reads[name] = {"phases": again.phases, "read": ctx["last_read"],
+                                   "bytes_per_rank": ctx["read_bytes"]}
+                ctl.layouts = layouts
                 ctl.shifter.shift_down(ctl.shifter.training_replica())
                 row = {"rows": rows, "slots": k, "step_s": statistics.median(steps),
                        "step_s_min": min(steps), "step_s_max": max(steps),
                        "rank0_cpu_s": statistics.median(cpu),
                        "optimizer_fetch_s": statistics.median(fetch),
                        "write_back_s": statistics.median(write),
-                       "shift_up_phases": up.phases}
+                       "write_back_path": "rows" if k > 1 and layouts(Role.TRAINING, devs)
+                       else "rank 0",
+                       "write_back_gather_rank0_s": statistics.median(gathered),
+                       "shift_up_phases": up.phases, "reads": reads}
                 out["results"].append(row)
                 log.info("rows %d, %d slot(s): step %.3f s (min %.3f, max %.3f), rank-0 CPU "
-                         "%.3f s, optimizer fetch %.3f s, write-back %.3f s", rows, k,
+                         "%.3f s, optimizer fetch %.3f s, write-back %.3f s (%s; gather + "
+                         "rank 0: %.3f s), Read per rank %s", rows, k,
                          row["step_s"], row["step_s_min"], row["step_s_max"],
-                         row["rank0_cpu_s"], row["optimizer_fetch_s"], row["write_back_s"])
+                         row["rank0_cpu_s"], row["optimizer_fetch_s"], row["write_back_s"],
+                         row["write_back_path"], row["write_back_gather_rank0_s"],
+                         {n: (r["read"], r["bytes_per_rank"]) for n, r in reads.items()})
     finally:
         shares.close()
         ctl.stop()
