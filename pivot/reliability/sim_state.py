@@ -71,6 +71,11 @@ class SimSource:
 
     def __init__(self, driver) -> None:
         self.driver = driver
+        # the checkers read every view's lengths after every event, which the simulator
+        # lists lazily (only when its own readers need them): check the eager run, which
+        # is the same run (tests/sim/test_incremental_tick.py)
+        driver.cluster.list_stale()
+        driver.cluster.lazy_lengths = False
         self.schedulers: Mapping[Role, ShiftAwareScheduler] = driver.schedulers
         self.device_map = driver.device_map
         self.touched = Touched()
@@ -142,6 +147,14 @@ def _journal_schedulers(schedulers: Mapping[Role, ShiftAwareScheduler], t: Touch
                 return f(rid, lengths)
             return _update_lengths
 
+        def settle(f, t=t):
+            def _settle(rid, lengths, total):
+                pairs = list(lengths.items() if isinstance(lengths, Mapping) else lengths)
+                t.replicas.add(rid)
+                t.seqs.update(s for s, _ in pairs)
+                return f(rid, pairs, total)
+            return _settle
+
         def add_replicas(f, t=t):
             def _add_replicas(views: Iterable):
                 views = list(views)
@@ -164,6 +177,7 @@ def _journal_schedulers(schedulers: Mapping[Role, ShiftAwareScheduler], t: Touch
         _wrap(sched, "finish", by_seq_id)
         _wrap(sched, "update_lengths", update_lengths)
         _wrap(sched, "grow", update_lengths)
+        _wrap(sched, "settle", settle)
         _wrap(sched, "add_replicas", add_replicas)
         _wrap(sched, "_remove_replicas", remove_replicas)
 

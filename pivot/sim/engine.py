@@ -310,7 +310,11 @@ class SimCluster:
         """Every lazily settled view gets its sequences' true lengths (before the
         monitor or a migration reads them)."""
         for rid in list(self._stale):
-            self._sync_lengths(rid, self.replicas[rid])
+            rep = self.replicas.get(rid)
+            if rep is None:  # gone without a shift down (a killed replica)
+                del self._stale[rid]
+            else:
+                self._sync_lengths(rid, rep)
 
     def _settle_lazily(self, rid: str, rep: SimReplica, lengths) -> None:
         """``lengths`` and the true total, the rest left stale from ``rep.steps`` on;
