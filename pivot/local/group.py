@@ -124,7 +124,8 @@ class LocalGroup:
             if not p.is_dir() and p.resolve() == built.resolve():
                 # The project's own tiny models: build them (tokenizer, SFT) on first use.
                 log.info("%s folder %s is missing: building the tiny models "
-                         "(launchers/build_models.py, about 3 minutes)", kind, d)
+                         "(launchers/build_models.py: about 6 minutes on two free cores, longer on "
+                         "a busy machine)", kind, d)
                 ensure_models()
             if not p.is_dir() and self.random_if_missing:
                 from pivot.roles.engine.tiny import make_tiny_qwen3

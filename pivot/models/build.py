@@ -188,7 +188,12 @@ def build_models(cache_dir: str | os.PathLike[str] | None = None,
             model = CLASSES[arch.family](hf_config(arch, len(t), t.bos_token_id,
                                                    t.eos_token_id, t.pad_token_id))
             t0 = time.perf_counter()
-            losses = train_sft(model, t, examples, sft)
+            logger.info("training the %s: %d SFT steps", name, sft.steps)
+
+            def progress(step: int, steps: int, seconds: float) -> None:
+                logger.info("  %s SFT %d/%d steps, %.0f s", name, step, steps, seconds)
+
+            losses = train_sft(model, t, examples, sft, progress)
             results[name] = {"architecture": type(model).__name__,
                              "params": sum(x.numel() for x in model.parameters()),
                              "sft_seconds": round(time.perf_counter() - t0, 1),

@@ -10,6 +10,7 @@ import logging
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -93,8 +94,11 @@ def _lr_at(step: int, cfg: SFTConfig) -> float:
 
 
 def train_sft(model: PreTrainedModel, tok: PreTrainedTokenizerFast,
-              examples: list[Example], cfg: SFTConfig) -> list[float]:
-    """Trains ``model`` in place on ``examples``; returns the loss of every step."""
+              examples: list[Example], cfg: SFTConfig,
+              progress: Callable[[int, int, float], None] | None = None) -> list[float]:
+    """Trains ``model`` in place on ``examples``; returns the loss of every step.
+    ``progress(step, steps, seconds)``, if given, is called after every fifth of the steps
+    (the console's build lines)."""
     if not examples:
         raise ValueError("train_sft: no examples")
     encoded = [encode_example(tok, ex) for ex in examples]
@@ -122,5 +126,7 @@ def train_sft(model: PreTrainedModel, tok: PreTrainedTokenizerFast,
         if step % 50 == 0 or step == cfg.steps - 1:
             logger.info("sft step %d/%d loss %.4f (%.1fs)", step, cfg.steps, losses[-1],
                         time.perf_counter() - t0)
+        if progress is not None and (step + 1) % max(1, cfg.steps // 5) == 0:
+            progress(step + 1, cfg.steps, time.perf_counter() - t0)
     model.eval()
     return losses

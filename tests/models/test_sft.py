@@ -34,3 +34,11 @@ def test_a_few_steps_of_sft_lower_the_loss():
     losses = train_sft(model, tok, EXAMPLES, SFTConfig(steps=30, batch_size=16, lr=1e-2,
                                                        warmup=3))
     assert sum(losses[-5:]) / 5 < 0.5 * sum(losses[:5]) / 5
+
+
+def test_progress_is_reported_every_fifth_of_the_steps():
+    tok, model = tiny()
+    seen = []
+    train_sft(model, tok, EXAMPLES, SFTConfig(steps=20, batch_size=8, lr=1e-3, warmup=2),
+              progress=lambda step, steps, s: seen.append((step, steps)))
+    assert seen == [(s, 20) for s in range(4, 21, 4)]
