@@ -23,7 +23,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 
@@ -248,17 +248,32 @@ class GlobalParameterStorage:
             StateError: a host refused or failed; no host installed the version (except
                 when publishing failed, which the message says).
         """
-        if model == GENRM and not _initial:
-            raise StateError(f"Write(M={GENRM!r}) is not allowed: the GenRM is frozen "
-                             f"(sec. 5.1); load it once with load()")
+        plan = self._checked_plan(model, devices, layout, states, _initial)
+        return self._write(plan, states, verify, _initial)
+
+    def _checked_plan(self, model: str, devices: Sequence[int], layout: ParallelLayout,
+                      states: StateDicts, initial: bool) -> Plan:
+        """The Write's plan, after refusing a frozen model and states that do not match it
+        (before anything is staged)."""
+        self._check_writable(model, initial)
         plan = self.planner.write(model, devices, layout)
         for r in range(len(plan.devices)):
             self._check_state(plan, r, states, "states")
+        return plan
+
+    @staticmethod
+    def _check_writable(model: str, initial: bool) -> None:
+        if model == GENRM and not initial:
+            raise StateError(f"Write(M={GENRM!r}) is not allowed: the GenRM is frozen "
+                             f"(sec. 5.1); load it once with load()")
+
+    def _write(self, plan: Plan, states: StateDicts, verify: bool, initial: bool) -> int:
+        """The three calls below in this process, on a checked plan."""
         with self.lock:
-            ticket = self.begin_write(model, devices, layout, verify=verify,
-                                      _initial=_initial)
+            ticket = self.begin_write(plan.model.name, plan.devices, plan.layout,
+                                      verify=verify, _initial=initial)
             try:
-                part = self.write_part(ticket, states)
+                part = self._stage(ticket, plan, states, range(len(plan.devices)))
             except BaseException as e:
                 self.abort(ticket, e)
                 raise
@@ -272,9 +287,7 @@ class GlobalParameterStorage:
         """Phase 1 begins: the next version of ``model`` is staged on every host under
         this client's lease. Pass the ticket to ``write_part`` (any process) and then to
         ``finish_write`` (this client), or to ``abort``."""
-        if model == GENRM and not _initial:
-            raise StateError(f"Write(M={GENRM!r}) is not allowed: the GenRM is frozen "
-                             f"(sec. 5.1); load it once with load()")
+        self._check_writable(model, _initial)
         self.planner.write(model, devices, layout)   # refuses a bad G or P before staging
         latest = [self.hosts[h].latest(model) for h in range(len(self.hosts))]
         old = max((v for v in latest if v is not None), default=None)
@@ -297,9 +310,15 @@ class GlobalParameterStorage:
         ``states`` holds those devices' shards. Returns what it staged, for
         ``finish_write``. Renews the ticket's lease as it goes."""
         plan = self.planner.write(ticket.model, ticket.devices, ticket.layout)
-        ranks = set(self._ranks(plan, only))
-        for r in sorted(ranks):
+        ranks = self._ranks(plan, only)
+        for r in ranks:
             self._check_state(plan, r, states, "states")
+        return self._stage(ticket, plan, states, ranks)
+
+    def _stage(self, ticket: WriteTicket, plan: Plan, states: StateDicts,
+               ranks: Iterable[int]) -> WritePart:
+        """Copies the checked shards of G's ranks ``ranks`` into the staged version."""
+        ranks = set(ranks)
         ttl = self.lease.ttl_s
         renewed = {h: time.monotonic() for h in ticket.staged}
         expected: dict[int, list] = {h: [] for h in ticket.staged}
@@ -397,12 +416,8 @@ class GlobalParameterStorage:
         The caller must not modify ``states`` in place (e.g. by an optimizer step) before
         the future resolves. Input errors are raised here, before anything runs.
         """
-        if model == GENRM:
-            raise StateError(f"Write(M={GENRM!r}) is not allowed: the GenRM is frozen")
-        plan = self.planner.write(model, devices, layout)
-        for r in range(len(plan.devices)):
-            self._check_state(plan, r, states, "states")
-        return self._pool.submit(self.write, model, devices, layout, states, verify=verify)
+        plan = self._checked_plan(model, devices, layout, states, False)
+        return self._pool.submit(self._write, plan, states, verify, False)
 
     def load(self, model: str, state: Mapping[str, torch.Tensor], device: int = 0) -> int:
         """Installs full tensors (a checkpoint) as the first version; the GenRM's only way

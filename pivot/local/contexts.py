@@ -131,6 +131,9 @@ class SlotTrainerContext:
         self.trainer.release_parameters()
         self.names: tuple[str, ...] | None = None
         self.loaded = False
+        self.last_read: str | None = None
+        """How the last GPS Read came: ``full`` tensors or this rank's ``rows``."""
+        self.read_bytes = 0
         self.group: Any = None
         """``pivot.roles.titan.group.JoinedGroup`` of the current training replica."""
         self.optimizer_tag: tuple | None = None
@@ -237,8 +240,7 @@ class SlotTrainerContext:
     def describe(self) -> dict[str, Any]:
         g = self.group
         return {"kv_capacity": 0, "loaded": self.loaded,
-                "last_read": getattr(self, "last_read", None),
-                "read_bytes": getattr(self, "read_bytes", 0),
+                "last_read": self.last_read, "read_bytes": self.read_bytes,
                 "group": None if g is None else {"key": g.spec.key, "rank": g.rank,
                                                  "devices": list(g.spec.devices)},
                 "items": self.trainer.context_items()}

@@ -103,15 +103,13 @@ class ChunkRows:
 
     def __init__(self, chunks: Mapping[str, torch.Tensor],
                  full_shapes: Mapping[str, tuple[int, ...]], rank: int, world: int) -> None:
-        from pivot.gps.layout import chunk_bounds
-
         self.chunks, self.full_shapes = chunks, dict(full_shapes)
         self.first: dict[str, int] = {}
         for name, t in chunks.items():
             full = self.full_shapes.get(name)
             if full is None:
                 raise StateError(f"ChunkRows: {name!r} is not a tensor of the model")
-            lo, hi = (int(b) for b in chunk_bounds(full[0], world)[rank:rank + 2])
+            lo, hi = _chunk(full[0], rank, world)
             if tuple(t.shape) != (hi - lo, *full[1:]):
                 raise StateError(f"ChunkRows: {name} holds shape {tuple(t.shape)}, but rank "
                                  f"{rank} of {world} holds rows [{lo}, {hi}) of "
@@ -324,14 +322,12 @@ def chunk_of(pieces, full_shapes: Mapping[str, tuple[int, ...]], rank: int,
     ``chunk_bounds(rows, world)[rank:rank + 2]``, what ``FsdpShardLayouts`` Writes): the
     pieces of a name must tile exactly that range, else StateError (the model's shards do
     not line up with the chunks)."""
-    from pivot.gps.layout import chunk_bounds
-
     by_name: dict[str, list[HFShard]] = {}
     for p in pieces:
         by_name.setdefault(p.name, []).append(p)
     out = {}
     for name, full in full_shapes.items():
-        lo, hi = (int(b) for b in chunk_bounds(full[0], world)[rank:rank + 2])
+        lo, hi = _chunk(full[0], rank, world)
         mine = sorted(by_name.get(name, []), key=lambda p: p.start)
         at = lo
         for p in mine:
@@ -345,6 +341,15 @@ def chunk_of(pieces, full_shapes: Mapping[str, tuple[int, ...]], rank: int,
         out[name] = (torch.cat([p.tensor for p in mine]) if mine
                      else torch.empty((0, *full[1:])))
     return out
+
+
+def _chunk(rows: int, rank: int, world: int) -> tuple[int, int]:
+    """``[lo, hi)``: rank ``rank``'s rows of ``rows`` under GPS's dim-0 split into
+    ``world`` chunks (``pivot.gps.layout.chunk_bounds``)."""
+    from pivot.gps.layout import chunk_bounds
+
+    lo, hi = chunk_bounds(rows, world)[rank:rank + 2]
+    return int(lo), int(hi)
 
 
 def merge_hf_shards(pieces, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
