@@ -176,7 +176,6 @@ def _journal_schedulers(schedulers: Mapping[Role, ShiftAwareScheduler], t: Touch
         _wrap(sched, "submit", submit)
         _wrap(sched, "finish", by_seq_id)
         _wrap(sched, "update_lengths", update_lengths)
-        _wrap(sched, "grow", update_lengths)
         _wrap(sched, "settle", settle)
         _wrap(sched, "add_replicas", add_replicas)
         _wrap(sched, "_remove_replicas", remove_replicas)

@@ -125,7 +125,7 @@ class ShiftAwareScheduler(LoadArrays):
         v.num_tokens -= length
         self._adjust(i, -1, -length)
         seq.replica_id = None
-        # its recorded progress (``grow`` records lengths without touching generated_len;
+        # its recorded progress (``settle`` records lengths without touching generated_len;
         # a driver may already have set more from its engine: progress only grows)
         seq.generated_len = max(seq.generated_len, length - seq.prompt_len)
         return seq
@@ -158,27 +158,6 @@ class ShiftAwareScheduler(LoadArrays):
                 v.num_tokens += delta
                 self._adjust(i, 0, delta)
 
-    def grow(self, replica_id: str, lengths: Mapping[int, int]) -> None:
-        """Records the current length of *every* running sequence of ``replica_id`` at
-        once (a continuously batching replica lengthens all of them): ``update_lengths``
-        for the simulator's sync, in O(1) Python work per replica (a subset of them goes
-        through ``update_lengths``). It leaves
-        ``SequenceState.generated_len`` as it was: a sequence's recorded length is its
-        progress, and the simulator sets ``generated_len`` from the truth whenever one
-        leaves its replica (abort, preemption)."""
-        v = self.view(replica_id)
-        running = v.running
-        if lengths.keys() != running.keys():
-            # some sequences only (one dispatched but not yet admitted by the engine)
-            self.update_lengths(replica_id, lengths)
-            return
-        total = sum(lengths.values())
-        running.update(lengths)
-        delta = total - v.num_tokens
-        if delta:
-            v.num_tokens = total
-            self._adjust(self._index[replica_id], 0, delta)
-
     def settle(self, replica_id: str, lengths: Iterable[tuple[int, int]] | Mapping[int, int],
                total: int) -> None:
         """Records the current length of some running sequences of ``replica_id`` (pairs
@@ -188,9 +167,11 @@ class ShiftAwareScheduler(LoadArrays):
         listed keep older lengths until a later call lists them, so until then the
         view's lengths do not sum to ``num_tokens``: the driver must list every sequence
         before anything reads them (``abort``, migration, the monitor). The simulator's
-        preemption lists only its victim, in O(1) instead of ``grow``'s O(batch). Like
-        ``grow`` it leaves ``generated_len`` as it was; with every sequence listed it
-        leaves the view as ``grow`` does."""
+        preemption lists only its victim, in O(1) instead of O(batch). It leaves
+        ``SequenceState.generated_len`` as it was: a sequence's recorded length is its
+        progress, and the simulator sets ``generated_len`` from the truth whenever one
+        leaves its replica (abort, preemption). With every sequence listed it leaves the
+        view as ``update_lengths`` does."""
         v = self.view(replica_id)
         running = v.running
         n = len(running)

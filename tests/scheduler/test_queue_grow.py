@@ -1,5 +1,5 @@
 """The sorted-list waiting queue against a heap with lazy deletion (its former form), and
-``grow`` (the simulator's bulk length update) against ``update_lengths``."""
+``settle`` (the simulator's length update with a known total) against ``update_lengths``."""
 
 import copy
 import heapq
@@ -38,7 +38,7 @@ def test_queue_pops_and_iterates_in_the_heaps_order(ops):
 @settings(max_examples=80, deadline=None)
 @given(lengths=st.lists(st.integers(1, 5000), min_size=1, max_size=40),
        growth=st.integers(0, 900), subset=st.booleans())
-def test_grow_records_lengths_as_update_lengths_does(lengths, growth, subset):
+def test_settle_records_lengths_as_update_lengths_does(lengths, growth, subset):
     s = ShiftAwareScheduler(Role.ROLLOUT, ThroughputModel(A=1.5e-8, B=0.0, C=4.2e-4,
                                                            D=6.6e-3))
     s.add_replicas([ReplicaView("r0", Role.ROLLOUT, (0,), 10 ** 7)])
@@ -49,8 +49,8 @@ def test_grow_records_lengths_as_update_lengths_does(lengths, growth, subset):
     new = {sid: ln + growth for sid, ln in s.replicas["r0"].running.items()}
     if subset and len(new) > 1:
         new.pop(next(iter(new)))
-    s.grow("r0", new)
     ref.update_lengths("r0", new)
+    s.settle("r0", new, sum(ref.replicas["r0"].running.values()))
     assert s.replicas["r0"].running == ref.replicas["r0"].running
     assert s.replicas["r0"].num_tokens == ref.replicas["r0"].num_tokens
     for name in ("_nseq", "_ntok", "_free", "_tput", "_num", "_den"):
