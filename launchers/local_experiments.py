@@ -48,9 +48,11 @@ log = logging.getLogger("pivot.local_experiments")
 def deployment_of(dep: str):
     """``pivotrl``, a static split ``disaggregated_<r>_<w>_<t>`` / ``rr_colocated_<t>``
     (``pivot.local.deployments.static_splits``), or a PivotRL variant ``pivotrl_H<s>``,
-    ``pivotrl_min<k>``, ``pivotrl_H<s>_min<k>``, ``pivotrl_train<k>``: time window H
-    (sec. 7.3; the sensitivity sweep), ``PivotPlanner.min_replicas`` and the training
-    replica's slots (``Deployment.training_devices``), the rest from gin."""
+    ``pivotrl_min<k>``, ``pivotrl_H<s>_min<k>``, ``pivotrl_train<k>``, ``pivotrl_rule``:
+    time window H (sec. 7.3; the sensitivity sweep), ``PivotPlanner.min_replicas``, the
+    training replica's slots (``Deployment.training_devices``) and
+    ``PivotPlanner.scheduler_rule`` (the what-if under the engines' batch cap), the rest
+    from gin."""
     import dataclasses
     import functools
 
@@ -59,18 +61,20 @@ def deployment_of(dep: str):
     from pivot.planner.pivot_planner import PivotPlanner
 
     if dep.startswith("pivotrl_"):
-        kw: dict[str, float | int] = {}
+        kw: dict[str, float | int | bool] = {}
         train = 0
         for part in dep.removeprefix("pivotrl_").split("_"):
             if part.startswith("min") and part[3:].isdigit():
                 kw["min_replicas"] = int(part[3:])
             elif part.startswith("H"):
                 kw["H"] = float(part[1:])
+            elif part == "rule":
+                kw["scheduler_rule"] = True
             elif part.startswith("train") and part[5:].isdigit():
                 train = int(part[5:])   # slots of the training replica (FSDP2 across them)
             else:
                 raise ConfigError(f"--deployments {dep}: unknown PivotRL variant {part!r}; "
-                                  f"use H<seconds>, min<replicas>, train<slots>, e.g. "
+                                  f"use H<seconds>, min<replicas>, train<slots>, rule, e.g. "
                                   f"pivotrl_H10_min1")
         return dataclasses.replace(LOCAL_DEPLOYMENTS["pivotrl"], name=dep,
                                    planner=functools.partial(PivotPlanner, **kw),

@@ -149,6 +149,12 @@ class RoleLoad:
     """I: replicas the role could own if it had every device of the pool."""
     tau_shift: float = 1.0
     """Shift duration in seconds, treated as a constant (sec. 7.1)."""
+    kv_reserve: int = 0
+    """The role scheduler's dispatch rule: free KV tokens a replica keeps beyond a
+    sequence's length to be eligible (``ShiftAwareScheduler.kv_reserve``)."""
+    max_seqs: int | None = None
+    """The role scheduler's per-replica batch cap (the engine's ``max_num_seqs``); None:
+    none."""
 
     @property
     def num_seqs(self) -> int:

@@ -37,9 +37,9 @@ def overall_throughput(n_rollout: int, t_rollout: float, n_reward: int,
 
 def simulate_shift_up(load: RoleLoad, model: ThroughputModel,
                       new_devices: Sequence[tuple[int, ...]], migrate: bool = True,
-                      kv_reserve: int = 0) -> float:
+                      kv_reserve: int = 0, max_seqs: int | None = None) -> float:
     """T of ``load``'s role after adding empty replicas on ``new_devices`` (alg. 4)."""
-    state = WhatIfLoad(load, model, kv_reserve, record_actions=False)
+    state = WhatIfLoad(load, model, kv_reserve, record_actions=False, max_seqs=max_seqs)
     views = [ReplicaView(f"__up{i}", load.role, devs, load.kv_capacity)
              for i, devs in enumerate(new_devices)]
     shift_up_migration(state, views, migrate=migrate)
@@ -47,9 +47,9 @@ def simulate_shift_up(load: RoleLoad, model: ThroughputModel,
 
 
 def simulate_shift_down(load: RoleLoad, model: ThroughputModel, replica_ids: Iterable[str],
-                        kv_reserve: int = 0) -> float:
+                        kv_reserve: int = 0, max_seqs: int | None = None) -> float:
     """T of ``load``'s role after evacuating ``replica_ids`` (alg. 3)."""
-    state = WhatIfLoad(load, model, kv_reserve, record_actions=False)
+    state = WhatIfLoad(load, model, kv_reserve, record_actions=False, max_seqs=max_seqs)
     shift_down_migration(state, list(replica_ids))
     return state.aggregate_throughput()
 
@@ -72,9 +72,10 @@ class IncrementalShiftUp:
     """
 
     def __init__(self, load: RoleLoad, model: ThroughputModel, migrate: bool = True,
-                 kv_reserve: int = 0) -> None:
+                 kv_reserve: int = 0, max_seqs: int | None = None) -> None:
         self._load, self._model, self._migrate = load, model, migrate
-        self._state = WhatIfLoad(load, model, kv_reserve, record_actions=False)
+        self._state = WhatIfLoad(load, model, kv_reserve, record_actions=False,
+                                 max_seqs=max_seqs)
         self._k = 0
 
     def throughput_with(self, new_devices: Sequence[tuple[int, ...]]) -> float:
@@ -105,8 +106,9 @@ class IncrementalShiftDown:
     dispatches in a slightly different order than evacuating the union at once (within 1%
     in tests)."""
 
-    def __init__(self, load: RoleLoad, model: ThroughputModel, kv_reserve: int = 0) -> None:
-        self._load, self._model, self._reserve = load, model, kv_reserve
+    def __init__(self, load: RoleLoad, model: ThroughputModel, kv_reserve: int = 0,
+                 max_seqs: int | None = None) -> None:
+        self._load, self._model, self._reserve, self._cap = load, model, kv_reserve, max_seqs
         self._state: WhatIfLoad | None = None
         self._done: set[str] = set()
 
@@ -114,7 +116,7 @@ class IncrementalShiftDown:
         ids = list(replica_ids)
         if self._state is None or not self._done.issubset(ids):
             self._state = WhatIfLoad(self._load, self._model, self._reserve,
-                                     record_actions=False)
+                                     record_actions=False, max_seqs=self._cap)
             self._done = set()
         extra = [r for r in ids if r not in self._done]
         if extra:

@@ -32,6 +32,8 @@ def role_load(sched: ShiftAwareScheduler, shape: RoleShape, lazy: bool = False) 
         kv_capacity=shape.kv_capacity,
         max_replicas=shape.max_replicas,
         tau_shift=shape.tau_shift,
+        kv_reserve=sched.kv_reserve,
+        max_seqs=sched.max_seqs,
     )
 
 

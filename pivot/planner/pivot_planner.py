@@ -23,7 +23,7 @@ from pivot.planner.shift_pairs import (ShiftPair, choose_shift_up_role,
                                        role_throughput)
 from pivot.scheduler import kernels
 from pivot.scheduler.throughput import BinaryThroughputModel, ThroughputModel
-from pivot.types import Role, WorkloadSnapshot
+from pivot.types import Role, RoleLoad, WorkloadSnapshot
 
 
 @gin.configurable
@@ -45,16 +45,25 @@ class PivotPlanner(Planner):
             replica's TP/EP groups are fixed when its engine starts (issue 15 item 2).
             Off by default: the planner's plans are then exactly those it made before the
             option existed (tests/planner/test_blocks.py holds their digest).
+        scheduler_rule: the what-if dispatches under the real scheduler's eligibility
+            rule as the monitor reports it (``RoleLoad.max_seqs``, the engines' batch
+            cap, and ``kv_reserve``), so a replica at its cap takes no more sequences
+            and they wait, as they do in the engine. Off (the default, and every
+            simulator figure under results/sim): the paper's what-if, in which any
+            replica with free KV takes a sequence; it then credits a loaded role with
+            throughput its capped replicas cannot give and undervalues a shift up to it.
     """
 
     def __init__(self, rollout_model: ThroughputModel, reward_model: ThroughputModel,
                  H: float = 60.0, migrate: bool = True, min_replicas: int = 0,
-                 aligned_blocks: bool = False) -> None:
+                 aligned_blocks: bool = False, scheduler_rule: bool = False) -> None:
         super().__init__(rollout_model, reward_model)
         check_range("PivotPlanner.H", H, 0, open_lo=True, why="seconds a shift's gain lasts")
         check_bool("PivotPlanner.migrate", migrate)
         check_range("PivotPlanner.min_replicas", min_replicas, 0, integer=True)
         check_bool("PivotPlanner.aligned_blocks", aligned_blocks)
+        check_bool("PivotPlanner.scheduler_rule", scheduler_rule)
+        self.scheduler_rule = scheduler_rule
         self.aligned_blocks = aligned_blocks
         self._fits_checked: tuple | None = None
         self.H = H
@@ -115,8 +124,10 @@ class PivotPlanner(Planner):
         t_cur = overall_throughput(n[Role.ROLLOUT], t_now[Role.ROLLOUT],
                                    n[Role.REWARD], t_now[Role.REWARD])
         best: tuple | None = None
-        up_sim = IncrementalShiftUp(up_load, self.models[up], self.migrate)
-        down_sim = IncrementalShiftDown(down_load, self.models[other])
+        up_sim = IncrementalShiftUp(up_load, self.models[up], self.migrate,
+                                    **self._rule(up_load))
+        down_sim = IncrementalShiftDown(down_load, self.models[other],
+                                        **self._rule(down_load))
         donors_of = [[d.replica_id for d in p.down if d.role is other] for p in pairs]
         # Candidates are evaluated from their counts and donor ids; the plan's device
         # groups are assembled for the chosen one only.
@@ -147,6 +158,12 @@ class PivotPlanner(Planner):
         if plan is not None:
             plan.timings.update(self.last_timings)
         return plan
+
+    def _rule(self, load: RoleLoad) -> dict:
+        """The what-if's dispatch rule: the scheduler's with ``scheduler_rule``, else none."""
+        if not self.scheduler_rule:
+            return {}
+        return {"kv_reserve": load.kv_reserve, "max_seqs": load.max_seqs}
 
     def _check_blocks_fit(self, snap: WorkloadSnapshot) -> None:
         """ConfigError when a replica cannot fit one host (once per pool and sizes)."""

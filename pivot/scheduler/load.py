@@ -164,13 +164,16 @@ class WhatIfLoad(LoadArrays):
     per candidate) does not rebuild a heap for every replica it takes a sequence from.
 
     Args:
+        kv_reserve / max_seqs: the dispatch rule (``LoadArrays``); the planner passes
+            the real scheduler's (``RoleLoad.kv_reserve`` / ``max_seqs``) when it models
+            it (``PivotPlanner.scheduler_rule``), else none.
         record_actions: False for the planner, which only reads throughputs: the
             operations then return empty action lists instead of building them.
     """
 
     def __init__(self, load: RoleLoad, model: ThroughputModel, kv_reserve: int = 0,
-                 record_actions: bool = True) -> None:
-        super().__init__(model, kv_reserve)
+                 record_actions: bool = True, max_seqs: int | None = None) -> None:
+        super().__init__(model, kv_reserve, max_seqs)
         self.record_actions = record_actions
         self._base: list[Mapping[int, int]] = [r.running for r in load.replicas]
         self._own: dict[int, dict[int, int]] = {}

@@ -10,6 +10,8 @@ def test_pivotrl_variants_set_the_planner_knobs_and_keep_the_rest():
     d = deployment_of("pivotrl_H10_min1")
     assert d.name == "pivotrl_H10_min1"
     assert d.planner.keywords == {"H": 10.0, "min_replicas": 1}
+    assert deployment_of("pivotrl_rule_train2").planner.keywords == {"scheduler_rule": True}
+    assert deployment_of("pivotrl_rule_train2").training_devices == 2
     base = deployment_of("pivotrl")
     assert (d.staleness, d.rollout_devices, d.reward_devices) == (
         base.staleness, base.rollout_devices, base.reward_devices)

@@ -4,7 +4,8 @@
 that skips building actions, keeps alg. 4's shortest-sequence heaps between candidates and
 shortcuts the loop's tentative load update. None of that may change a number: replaying
 the same steps with the real ``ShiftAwareScheduler`` (fresh heaps every call, every action
-built) must give bit-identical throughputs.
+built) must give bit-identical throughputs, under the paper's rule (any replica with free
+KV) and under the scheduler's own (a batch cap and a KV reserve, ``scheduler_rule``).
 """
 
 import copy
@@ -26,7 +27,8 @@ MODELS = [ThroughputModel(A=2e-6, B=0.02, C=4e-4, D=0.005),
 def loaded(draw):
     """A real scheduler after random submissions and one dispatch, some of it waiting."""
     model = draw(st.sampled_from(MODELS))
-    s = ShiftAwareScheduler(Role.REWARD, model)
+    s = ShiftAwareScheduler(Role.REWARD, model, kv_reserve=draw(st.sampled_from([0, 0, 64])),
+                            max_seqs=draw(st.sampled_from([None, None, 2, 5, 12])))
     n_rep = draw(st.integers(1, 6))
     s.add_replicas([ReplicaView(f"r{i}", Role.REWARD, (i,), draw(st.integers(1500, 20000)))
                     for i in range(n_rep)])
@@ -39,7 +41,12 @@ def loaded(draw):
 
 def as_load(s: ShiftAwareScheduler, cap: int) -> RoleLoad:
     return RoleLoad(s.role, [v.copy() for v in s.replicas.values()],
-                    [(q.seq_id, q.length) for q in s.queue], 1, cap, 64)
+                    [(q.seq_id, q.length) for q in s.queue], 1, cap, 64,
+                    kv_reserve=s.kv_reserve, max_seqs=s.max_seqs)
+
+
+def rule(s: ShiftAwareScheduler) -> dict:
+    return {"kv_reserve": s.kv_reserve, "max_seqs": s.max_seqs}
 
 
 def new_view(j: int, cap: int) -> ReplicaView:
@@ -52,7 +59,7 @@ def new_view(j: int, cap: int) -> ReplicaView:
 def test_incremental_shift_up_equals_the_schedulers_migration_step_by_step(s, cap, steps):
     load = as_load(s, cap)
     cold = copy.deepcopy(s)
-    inc = IncrementalShiftUp(load, s.model)
+    inc = IncrementalShiftUp(load, s.model, **rule(s))
     k = 0
     for j in steps:
         shift_up_migration(s, [new_view(k + i, cap) for i in range(j)])  # the reference
@@ -61,7 +68,7 @@ def test_incremental_shift_up_equals_the_schedulers_migration_step_by_step(s, ca
         assert got == s.aggregate_throughput()
     # A cold simulation is alg. 4 once, from the snapshot.
     shift_up_migration(cold, [new_view(i, cap) for i in range(k)])
-    assert simulate_shift_up(load, s.model, [(100 + i,) for i in range(k)]) == \
+    assert simulate_shift_up(load, s.model, [(100 + i,) for i in range(k)], **rule(s)) == \
         cold.aggregate_throughput()
 
 
@@ -72,7 +79,7 @@ def test_incremental_shift_down_equals_the_schedulers_migration_step_by_step(s, 
     ids = [f"r{i}" for i in order if f"r{i}" in s.replicas]
     load = as_load(s, 20000)
     ref = copy.deepcopy(s)
-    inc = IncrementalShiftDown(load, s.model)
+    inc = IncrementalShiftDown(load, s.model, **rule(s))
     done = 0
     for c in cut:
         if done + c >= len(ids):
@@ -80,7 +87,7 @@ def test_incremental_shift_down_equals_the_schedulers_migration_step_by_step(s, 
         shift_down_migration(ref, ids[done:done + c])
         done += c
         assert inc.throughput_without(ids[:done]) == ref.aggregate_throughput()
-        assert simulate_shift_down(load, s.model, ids[:done]) == \
+        assert simulate_shift_down(load, s.model, ids[:done], **rule(s)) == \
             _cold_down(s, ids[:done])
     # A donor set that does not contain the previous one restarts from the snapshot.
     if len(ids) > 1 and done:
@@ -101,8 +108,8 @@ def test_what_if_load_tracks_the_scheduler_through_mixed_shifts(s, cap, ops):
     """Shift downs and ups in any order (the persistent heaps must follow every dispatch,
     abort and removal): the quiet what-if copy models exactly the scheduler's throughput
     and the recording one emits exactly its actions."""
-    quiet = WhatIfLoad(as_load(s, cap), s.model, record_actions=False)
-    loud = WhatIfLoad(as_load(s, cap), s.model)
+    quiet = WhatIfLoad(as_load(s, cap), s.model, record_actions=False, **rule(s))
+    loud = WhatIfLoad(as_load(s, cap), s.model, **rule(s))
     n_up = 0
     for up, x in ops:
         if up or len(s.replicas) < 2:

@@ -3,7 +3,9 @@ import pytest
 from pivot.errors import ConfigError, StateError
 from pivot.planner import (NoShiftPlanner, PivotPlanner, RuleBasedPlanner, StaticPlanner,
                            VanillaPlanner)
-from pivot.planner.shift_pairs import choose_shift_up_role, prepare_shift_pairs
+from pivot.planner.evaluate import overall_throughput, simulate_shift_up
+from pivot.planner.shift_pairs import (choose_shift_up_role, prepare_shift_pairs,
+                                       role_throughput)
 from pivot.scheduler import ThroughputModel
 from pivot.testing.planner import MODEL, make_snapshot
 from pivot.types import ReplicaView, Role, RoleLoad, TrainingLoad, WorkloadSnapshot
@@ -71,6 +73,27 @@ def test_the_planner_shifts_devices_to_the_overloaded_role(snapshot):
     assert set(planner.last_timings) == {"preprocess", "construct", "simulate"}
     freed = set(plan.freed_devices)
     assert all(set(g) <= freed for g in plan.up_devices)
+
+
+def test_scheduler_rule_evaluates_candidates_under_the_engines_batch_cap():
+    """With ``scheduler_rule`` a replica at its batch cap takes no more sequences in the
+    what-if, as in the scheduler; the paper's what-if lets every replica absorb the queue
+    and credits the shift up with throughput the capped replicas cannot give."""
+    snap = make_snapshot(ro_busy=8, rm_seqs=10, waiting=200, training_devices=False)
+    snap.reward.max_seqs = 10   # every reward replica is at its cap, 200 wait
+    snap.rollout.max_seqs = 64
+    paper = PivotPlanner(MODEL, MODEL, H=5.0).plan(snap)
+    capped = PivotPlanner(MODEL, MODEL, H=5.0, scheduler_rule=True).plan(snap)
+    assert paper.up_role is capped.up_role is Role.REWARD
+    assert not [d for d in capped.down if d.role is not None]   # idle devices only
+    t_ro = role_throughput(snap.rollout, MODEL)
+    n_ro, n_rm = snap.rollout.num_seqs, snap.reward.num_seqs
+    new = capped.up_devices
+    assert capped.t_candidate == overall_throughput(
+        n_ro, t_ro, n_rm, simulate_shift_up(snap.reward, MODEL, new, max_seqs=10))
+    assert paper.t_candidate == overall_throughput(
+        n_ro, t_ro, n_rm, simulate_shift_up(snap.reward, MODEL, paper.up_devices))
+    assert capped.t_candidate < paper.t_candidate
 
 
 def test_no_plan_when_no_candidate_has_positive_benefit(snapshot):
