@@ -19,6 +19,11 @@ c. The product's trainer (``pivot.roles.trainer.Trainer``, ``launchers/gpu_check
    step, a shift down (offload + release) with the device memory returned and a shift up
    whose log-probs equal the checkpoint's bit for bit. Skipped where torchtitan does not
    import.
+d. The product's GPS path (``launchers/gpu_check_gps.py``): its client and host-local
+   transport Write device parameters into a ``/dev/shm`` arena and Read them back into
+   preallocated device parameters at Qwen2.5-1.5B and 7B shapes, each arena registered
+   with the CUDA driver once (``pivot.gps.pinned``); GB/s against part a's kind of peak,
+   bit-exact.
 
 The model is torchtitan's (``pivot.roles.titan.qwen2``) when torchtitan imports and runs
 on this torch; otherwise transformers' ``Qwen2ForCausalLM`` (same maths; the JSON says
@@ -28,7 +33,8 @@ GPU machine has none); a part that fails is recorded in the JSON and the other s
 Without CUDA it exits with code 2, unless ``--cpu_dry_run``: then the same code paths run
 on tiny shapes on the CPU, in plain (unpinned) memory, so CI runs them.
 
-    python launchers/gpu_check.py [--out results/gpu/gpu_check.json] [--only bandwidth|step|trainer]
+    python launchers/gpu_check.py [--out results/gpu/gpu_check.json]
+                                  [--only bandwidth|step|trainer|gps]
                                   [--model auto|torchtitan|transformers] [--repeats 5]
     python launchers/gpu_check.py --cpu_dry_run --out /tmp/gpu_check.json
 
@@ -427,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(REPO / "results" / "gpu" / "gpu_check.json"))
     ap.add_argument("--cpu_dry_run", action="store_true",
                     help="no GPU: run the same code on tiny shapes on the CPU (for CI)")
-    ap.add_argument("--only", choices=("bandwidth", "step", "trainer"), default=None)
+    ap.add_argument("--only", choices=("bandwidth", "step", "trainer", "gps"), default=None)
     ap.add_argument("--model", choices=("auto", "torchtitan", "transformers"), default="auto",
                     help="the step's model: torchtitan's Qwen2, transformers', or the first "
                          "that works (default)")
@@ -484,9 +490,18 @@ def run(setup: Setup, args: argparse.Namespace) -> int:
         from launchers.gpu_check_trainer import trainer_check, trainer_checks
 
         section(res, "trainer", trainer_check, setup, grpo_batch)
+        out.write_text(json.dumps(res, indent=1, default=str))
+    if args.only in (None, "gps"):
+        from launchers.gpu_check_gps import gps_check
+
+        section(res, "gps", gps_check, setup, args.repeats)
     res["checks"] = checks(res)
     if "trainer" in res:
         res["checks"].update(trainer_checks(res["trainer"]))
+    if "gps" in res:
+        from launchers.gpu_check_gps import gps_checks
+
+        res["checks"].update(gps_checks(res["gps"], on_gpu=not setup.dry_run))
     res["passed"] = all(res["checks"].values())
     res["seconds"] = time.perf_counter() - t0
     out.write_text(json.dumps(res, indent=1, default=str))

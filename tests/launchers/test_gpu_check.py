@@ -44,7 +44,11 @@ def test_dry_run_runs_every_check_and_passes(tmp_path):
     assert set(res["checks"]) >= {
         "peak_copy_right", "read_bit_exact[tiny]", "bit_exact[param]", "bit_exact[grad]",
         "bit_exact[opt]", "all_tensor_storage_freed", "next_step_loss_equal",
-        "next_step_params_equal"}
+        "next_step_params_equal", "gps_read_bit_exact[tiny]", "gps_arenas_registered[tiny]"}
+    gps = res["gps"]["models"][0]
+    # the product's GPS client and transport: a Write and Reads of every byte, nothing
+    # registered with a CUDA driver on the CPU
+    assert gps["bytes"] == 2 * read_params(res) and gps["registered_bytes"] == 0
     g = res["grpo_shift"]
     assert g["implementation"].startswith("torchtitan")
     assert g["offload"]["bytes"] == g["reload"]["bytes"] == g["offload"]["tensor_bytes_before"]
@@ -55,6 +59,10 @@ def test_dry_run_runs_every_check_and_passes(tmp_path):
     read = res["bandwidth"]["reads"][0]
     assert read["bytes"] == 2 * read["params"] and read["sliced_read"]["best_gbps"] > 0
     assert not torch.are_deterministic_algorithms_enabled()  # the setting is put back
+
+
+def read_params(res: dict) -> int:
+    return res["bandwidth"]["reads"][0]["params"]
 
 
 def test_a_broken_round_trip_fails_the_check(tmp_path, monkeypatch):
