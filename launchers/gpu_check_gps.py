@@ -105,8 +105,8 @@ def _one_model(setup, name: str, config: dict, repeats: int, peak_gbps: float | 
         del want
     finally:
         gps.close()
+        pinned.close()   # unregister while the transport still holds the mappings
         store.close()
-        pinned.close()
     nb = meta.nbytes
     later = sorted(reads[1:])
     out = {"model": name, "bytes": nb, "tensors": len(meta.params), "shm_dir": shm,

@@ -168,7 +168,8 @@ class ShmTransport(Transport):
                                                             thread_name_prefix="gps-shm")
                       if self.threads > 1 else None)
 
-    def _views(self, manifest: Manifest, cache: bool = True) -> tuple[torch.Tensor, dict]:
+    def _views(self, manifest: Manifest) -> tuple[torch.Tensor, dict]:
+        """The host's arena of ``manifest``, mapped (cached), and its shards' views."""
         key = (manifest.host, manifest.model)
         cached = self._arenas.setdefault(key, {})
         hit = cached.get(manifest.path)
@@ -180,11 +181,9 @@ class ShmTransport(Transport):
             raise StateError(f"cannot map GPS arena {manifest.path} of host "
                              f"{manifest.host}: {e}; the host must be on this machine "
                              f"for the shared-memory path") from e
-        hit = (arena, manifest.views(arena))
-        if cache:
-            cached[manifest.path] = hit
-            while len(cached) > 2:
-                self.pinned.drop(cached.pop(next(iter(cached)))[0])
+        hit = cached[manifest.path] = (arena, manifest.views(arena))
+        while len(cached) > 2:
+            self.pinned.drop(cached.pop(next(iter(cached)))[0])
         return hit
 
     @staticmethod
