@@ -104,8 +104,7 @@ def _one_model(setup, name: str, config: dict, repeats: int, peak_gbps: float | 
         exact = all(bool(torch.equal(params[k], want[k])) for k in params)
         del want
     finally:
-        gps.close()
-        pinned.close()   # unregister while the transport still holds the mappings
+        gps.close()      # closes its transports: the arenas are unregistered
         store.close()
     nb = meta.nbytes
     later = sorted(reads[1:])

@@ -465,3 +465,5 @@ class GlobalParameterStorage:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+        for t in self.transports.values():
+            t.close()

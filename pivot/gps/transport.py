@@ -96,6 +96,10 @@ class Transport(abc.ABC):
     def forget_host(self, host: int) -> None:
         """Drops whatever is cached about ``host`` (its store was replaced)."""
 
+    def close(self) -> None:
+        """Releases what the transport holds of the hosts (mappings, registrations); it
+        stays usable and takes them again on its next transfer."""
+
 
 class LazyTransport(Transport):
     """Builds its transport on first use: a client whose links are all host-local (every
@@ -127,6 +131,10 @@ class LazyTransport(Transport):
     def forget_host(self, host: int) -> None:
         if self._inner is not None:
             self._inner.forget_host(host)
+
+    def close(self) -> None:
+        if self._inner is not None:
+            self._inner.close()
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
@@ -220,6 +228,10 @@ class ShmTransport(Transport):
         for key in [k for k in self._arenas if k[0] == host]:
             for arena, _ in self._arenas.pop(key).values():
                 self.pinned.drop(arena)
+
+    def close(self) -> None:
+        for host in {h for h, _ in self._arenas}:
+            self.forget_host(host)
 
     @staticmethod
     def _shard(views: dict, manifest: Manifest, t: Transfer) -> torch.Tensor:
