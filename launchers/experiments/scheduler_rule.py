@@ -37,7 +37,8 @@ def main() -> None:
         for s in range(a.seeds):
             base = [*binds, f"SimDriver.steps = {a.steps}", f"SimDriver.seed = {s}",
                     *chosen_split(g, "pivotrl", tag)]
-            jobs += [(g, "pivotrl", tuple(base), False), (g, "pivotrl", tuple([*base, RULE]), False)]
+            jobs += [(g, "pivotrl", tuple(base), False),
+                     (g, "pivotrl", tuple([*base, RULE]), False)]
     runs = run_or_reuse(jobs, fig9_runs(tag), a.workers)
     table = {}
     for g in a.groups:
