@@ -128,3 +128,40 @@ def test_tp2_replica_matches_tp1_greedy(tp2_replica, tiny_model, tmp_path):
     assert 0 < len(tp1["tokens"]["r1"]) < 24 == len(tp1["tokens"]["r0"])   # r1 aborted
     assert len({tuple(t) for t in tp1["tokens"].values()}) == 4             # all differ
     assert r0["engine_steps"] == r1["engine_steps"] == tp1["engine_steps"]
+
+
+TWO_ENGINES = """
+import json, os, sys
+from pivot.roles.engine.tp import (LockstepEngine, build_engine, demo_script, run_script,
+                                   set_rank_env)
+a, b, tp, stem = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+rank = int(os.environ.get("RANK", "0"))
+set_rank_env(int(os.environ.get("LOCAL_RANK", "0")))
+first, second = LockstepEngine(build_engine(a, tp)), LockstepEngine(build_engine(b, tp))
+out = {}
+for name, eng in (("a", first), ("b", second), ("a_again", LockstepEngine(first.llm))):
+    out[name] = run_script(eng, demo_script() if rank == 0 else None, rank)["tokens"]
+json.dump(out, open(f"{stem}_{rank}.json", "w"))
+"""
+
+
+@pytest.mark.engine
+@pytest.mark.slow
+def test_two_models_engines_share_one_process_at_tp2(tiny_model, tmp_path):
+    """What a slot pair serving both roles at TP=2 needs (STATUS, "TP replicas in the
+    driver"): two ``external_launcher`` engines of different models in one process share
+    vLLM's one parallel state and each still equals its TP=1 engine, used in turn."""
+    from pivot.roles.engine.tiny import make_tiny_qwen3
+
+    other = make_tiny_qwen3(tmp_path / "other", seed=1, hidden=192, layers=3, heads=6,
+                            kv_heads=2)
+    runs = {}
+    for tp in (1, 2):
+        stem = tmp_path / f"two_tp{tp}"
+        run_ranks(["-c", TWO_ENGINES, str(tiny_model), str(other), str(tp), str(stem)], tp,
+                  timeout=600)
+        runs[tp] = [json.loads(open(f"{stem}_{r}.json").read()) for r in range(tp)]
+    (tp1,), (r0, r1) = runs[1], runs[2]
+    assert tp1["a"] != tp1["b"]                      # two models, two outputs
+    for k in ("a", "b", "a_again"):
+        assert r0[k] == r1[k] == tp1[k], k
