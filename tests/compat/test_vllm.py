@@ -258,3 +258,31 @@ def test_kernel_registration_scan_survives_flask_context_proxies():
     vc.scan_safe_kernel_registration()
     dispatcher._rebind_kernels([(object(), object())])   # scans sys.modules, no error
     assert sys.modules["flask"] is flask
+
+
+def test_two_tp_replicas_on_one_machine_get_their_own_cpu_shm_segment(monkeypatch):
+    """Under ``external_launcher`` vLLM's ident is ``//`` for every replica, so the CPU
+    communicator's segment names of two replicas with the same ranks collide
+    (tests/roles/test_tp_external_launcher.py ran into it); the shim adds the replica's
+    rendezvous to the name."""
+    from types import SimpleNamespace
+
+    from vllm.distributed.device_communicators.cpu_communicator import _CPUSHMDistributed
+
+    comm = SimpleNamespace(unique_name="tp:0", ranks=[0, 1])
+    monkeypatch.setenv("VLLM_DIST_IDENT", "//")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    plain = _CPUSHMDistributed.make_group_name(comm)
+    assert plain == "//-tp:0-[0-1]-cpushm"     # vLLM's own rule: no replica in it
+    # monkeypatch records vLLM's own method, so the shim's patch is undone afterwards
+    monkeypatch.setattr(_CPUSHMDistributed, "make_group_name",
+                        _CPUSHMDistributed.__dict__["make_group_name"])
+    vc.replica_unique_cpu_shm()
+    vc.replica_unique_cpu_shm()                # idempotent
+    first = _CPUSHMDistributed.make_group_name(comm)
+    monkeypatch.setenv("MASTER_PORT", "29501")
+    second = _CPUSHMDistributed.make_group_name(comm)
+    assert first == "29500-tp:0-[0-1]-cpushm" and second == "29501-tp:0-[0-1]-cpushm"
+    monkeypatch.setenv("VLLM_DIST_IDENT", "12345")   # a tcp:// init: left alone
+    assert _CPUSHMDistributed.make_group_name(comm) == "12345-tp:0-[0-1]-cpushm"

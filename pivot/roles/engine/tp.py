@@ -115,6 +115,8 @@ def build_engine(model_dir: str | Path, tp: int, *, num_blocks: int = 64,
 
     check_tp_size(model_dir, tp)
     os.environ[vc.ENV_IN_PROCESS] = "0"   # external_launcher requires it (deterministic)
+    if tp > 1:
+        vc.replica_unique_cpu_shm()   # else a second replica on this machine cannot start
     extra = {"distributed_executor_backend": "external_launcher"} if tp > 1 else {}
     return vc.llm_engine_class().from_engine_args(EngineArgs(
         model=str(model_dir), dtype="float32", tensor_parallel_size=tp,
