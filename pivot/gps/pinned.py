@@ -50,8 +50,8 @@ class PinnedArenas:
     def __init__(self, register: Callable[[int, int], None] = _cuda_register,
                  unregister: Callable[[int], None] = _cuda_unregister) -> None:
         self._register, self._unregister = register, unregister
-        self._live: dict[int, int] = {}
-        """data_ptr -> bytes of every registered mapping."""
+        self._live: set[int] = set()
+        """data_ptr of every registered mapping."""
         self.registered_bytes = 0
         """Bytes registered over this object's life (a measure of the one-off cost)."""
 
@@ -62,19 +62,20 @@ class PinnedArenas:
             return False
         nbytes = arena.numel() * arena.element_size()
         self._register(ptr, nbytes)
-        self._live[ptr] = nbytes
+        self._live.add(ptr)
         self.registered_bytes += nbytes
         return True
 
     def drop(self, arena: torch.Tensor) -> None:
         """Unregisters ``arena`` (before its mapping goes away); no-op if it never was."""
-        if self._live.pop(arena.data_ptr(), None) is not None:
-            self._unregister(arena.data_ptr())
+        ptr = arena.data_ptr()
+        if ptr in self._live:
+            self._live.discard(ptr)
+            self._unregister(ptr)
 
     def close(self) -> None:
-        for ptr in list(self._live):
-            del self._live[ptr]
-            self._unregister(ptr)
+        while self._live:
+            self._unregister(self._live.pop())
 
     def __contains__(self, arena: torch.Tensor) -> bool:
         return arena.data_ptr() in self._live

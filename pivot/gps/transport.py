@@ -216,9 +216,14 @@ class ShmTransport(Transport):
         for f in [self._pool.submit(run, b) for b in bins if b]:
             f.result()
 
-    def _device_copy_all(self, arena: torch.Tensor, device: torch.device,
-                         pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        """Copies between a registered arena and ``device``: one async DMA per slice."""
+    def _transfer(self, arena: torch.Tensor, pairs: list[tuple[torch.Tensor, torch.Tensor]],
+                  device: torch.device | None) -> None:
+        """Copies (destination, source) pairs between ``arena`` and the caller's tensors:
+        host copies when ``device`` (the caller's side) is None, else one async DMA per
+        slice from or to the arena, registered with the driver first."""
+        if device is None:
+            self._copy_all(pairs)
+            return
         self.pinned.ensure(arena)
         for d, s in pairs:
             d.copy_(s, non_blocking=True)
@@ -247,11 +252,7 @@ class ShmTransport(Transport):
         pairs = [(dst[t.param][t.target_box], self._shard(views, manifest, t)[t.shard_box])
                  for t in transfers]
         check_sizes("read", manifest, transfers, [(d.shape, s) for d, s in pairs])
-        device = on_device(d for d, _ in pairs)
-        if device is None:
-            self._copy_all(pairs)
-        else:
-            self._device_copy_all(arena, device, pairs)
+        self._transfer(arena, pairs, on_device(d for d, _ in pairs))
         if verify:
             for t, (d, s) in zip(transfers, pairs):
                 want, got = checksum(s), checksum(d.cpu())
@@ -263,11 +264,7 @@ class ShmTransport(Transport):
         pairs = [(self._shard(views, manifest, t)[t.shard_box], src[t.param][t.target_box])
                  for t in transfers]
         check_sizes("write", manifest, transfers, [(d.shape, s) for d, s in pairs])
-        device = on_device(s for _, s in pairs)
-        if device is None:
-            self._copy_all(pairs)
-        else:
-            self._device_copy_all(arena, device, pairs)
+        self._transfer(arena, pairs, on_device(s for _, s in pairs))
         if not verify:
             return []
         return [(t.param, t.shard, t.shard_box, checksum(s.cpu()))

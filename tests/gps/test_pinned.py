@@ -68,7 +68,7 @@ def test_a_mapping_is_registered_once_and_unregistered_when_dropped(gps):
         client.read("policy", (0,), FULL)
         cached = [a for a, _ in shm._arenas[(0, "policy")].values()]
         arena = cached[-1]   # the mapping just read
-        # what a Read into a GPU's parameters does first (``_device_copy_all``)
+        # what a Read into a GPU's parameters does first (``ShmTransport._transfer``)
         registered += arena.numel() * pinned.ensure(arena)
         assert pinned.ensure(arena) is False   # once per mapping, however many Reads
         assert arena in pinned
