@@ -263,8 +263,8 @@ def test_kernel_registration_scan_survives_flask_context_proxies():
 def test_two_tp_replicas_on_one_machine_get_their_own_cpu_shm_segment(monkeypatch):
     """Under ``external_launcher`` vLLM's ident is ``//`` for every replica, so the CPU
     communicator's segment names of two replicas with the same ranks collide
-    (tests/roles/test_tp_external_launcher.py ran into it); the shim adds the replica's
-    rendezvous to the name."""
+    (tests/roles/test_tp_external_launcher.py ran into it); the shim puts the replica's
+    rendezvous port in the ident's place, as a ``tcp://`` init would."""
     from types import SimpleNamespace
 
     from vllm.distributed.device_communicators.cpu_communicator import _CPUSHMDistributed
