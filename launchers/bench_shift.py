@@ -106,10 +106,10 @@ def run(devices: int, reps: int, kv_mib: int, threads: int | None) -> dict:
     pid = ctl.describe(0)["pid"]
     for i in range(reps):
         t = time.perf_counter()
-        ctl.slots[0].stop().get()
-        ctl.slots[0] = spawn_on(ctl.procs[0], f"slot0x{i}", SlotActor, 0, 0, source, factories,
-                                threads)
-        same_pid = ctl.slots[0].describe.call_one().get()["pid"] == pid
+        ctl.slots[0][0].stop().get()
+        ctl.slots[0][0] = spawn_on(ctl.procs[0][0], f"slot0x{i}", SlotActor, 0, 0, source,
+                                   factories, threads)
+        same_pid = ctl.slots[0][0].describe.call_one().get()["pid"] == pid
         restart.append(time.perf_counter() - t)
         assert same_pid, "the respawned slot is on another process"
     ctl.stop()

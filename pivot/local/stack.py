@@ -114,7 +114,9 @@ class LocalStack:
         # the layout from each host's budget (app. B.1), refused before any process starts
         storage = plan_storage(list(metas.values()), g.backend.hosts,
                                g.backend.gps_budget_bytes())
-        alloc = allocate(g.devices, g.backend.hosts, g.backend.job)
+        per_role = g.backend.procs_per_role
+        alloc = allocate(g.devices, g.backend.hosts, g.backend.job,
+                         procs_per_device=len(INFERENCE_ROLES) + 1 if per_role else 1)
         if alloc.job is None:
             gps = [spawn_host_service("gps", GPSActor, 0, storage, metas)]
         else:
@@ -147,7 +149,8 @@ class LocalStack:
         self.ctl = MeshController(alloc, self.source, factories, call_timeout_s=900.0,
                                   layouts=layouts,
                                   slot_env=functools.partial(g.backend.slot_env,
-                                                             per_host=per_host))
+                                                             per_host=per_host),
+                                  proc_per_role=per_role)
         self.slots_up_s = time.perf_counter() - t
         log.info("%d device slots with %d engines up in %.1f s", g.devices,
                  g.devices * len(INFERENCE_ROLES), self.slots_up_s)
@@ -156,7 +159,8 @@ class LocalStack:
         self.engine_start_s: dict[int, dict[str, float]] = {}
         for d in range(g.devices):
             info = self.ctl.describe(d)
-            self.shares.assign(d, info["pid"])
+            for pid in info["pids"]:   # a slot's share covers all of its procs
+                self.shares.assign(d, pid)
             self.engine_start_s[d] = {r: c["engine_start_s"] for r, c in
                                       info["contexts"].items() if "engine_start_s" in c}
         self.startup_s = time.perf_counter() - t0

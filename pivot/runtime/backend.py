@@ -61,6 +61,12 @@ class Backend:
     """Host memory one GPS actor may hold (app. B.1's per-host budget, which picks the
     storage layout's group size k); 0: ``GPS_HOST_FRACTION`` of this host's physical
     memory (the job's hosts are taken to be alike)."""
+    proc_per_role: bool | None = None
+    """Whether a slot holds a process per role (policy engine, GenRM engine, trainer)
+    instead of one process for all three. vLLM keeps its sleep allocator and parallel
+    groups once per process (issue 15, item 2), so ``cuda`` needs it; on ``cpu`` one
+    process a slot saves memory (every process carries its own torch and vLLM).
+    None: per role on ``cuda``, one a slot on ``cpu``."""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -71,9 +77,18 @@ class Backend:
                     why="0: every device of the host")
         check_range("Backend.gps_host_gb", self.gps_host_gb, 0,
                     why="GiB of host memory for GPS; 0: a share of this host's memory")
+        if self.proc_per_role is False and self.kind == "cuda":
+            fail("Backend.proc_per_role", self.proc_per_role,
+                 "a cuda slot needs a process per role (vLLM's sleep allocator and "
+                 "parallel groups are per process); leave it None or set True")
         from pivot.gps.hosts import JOB_KINDS
         if self.job not in JOB_KINDS:
             fail("Backend.job", self.job, f"must be one of {JOB_KINDS} (Monarch job types)")
+
+    @property
+    def procs_per_role(self) -> bool:
+        """``proc_per_role`` resolved for this kind."""
+        return self.kind == "cuda" if self.proc_per_role is None else self.proc_per_role
 
     @property
     def device_type(self) -> str:

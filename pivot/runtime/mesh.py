@@ -36,8 +36,15 @@ log = logging.getLogger(__name__)
 class MeshController:
     """Device slots on a Monarch proc mesh, shifted through a ``Shifter``.
 
+    A device's slot is one proc holding every role's context, or, with
+    ``proc_per_role``, one proc per role (vLLM keeps its sleep allocator and parallel
+    groups once per process, so on GPUs each engine and the trainer get their own; issue
+    15). Callers see the same device either way: the controller routes a shift to the
+    role's proc and a role-specific call to the proc holding the active role.
+
     Args:
-        alloc: the procs (``provision.allocate``).
+        alloc: the procs (``provision.allocate``; ``procs_per_device`` of them per device
+            when ``proc_per_role``, one per role in ``factories`` order).
         source: the parameter source every slot Reads from (picklable client).
         factories: role -> context factory, built once in every slot.
         clock: time source of the device map's events.
@@ -47,8 +54,9 @@ class MeshController:
             ``gps_source.TensorParallelReplicas``: TP = replica size;
             ``gps_source.FsdpShardLayouts``: a training rank Reads its rows), or None for a
             full copy per device; None (the default) gives every replica full copies.
-        slot_env: device -> environment of its slot proc (``Backend.slot_env``); None
+        slot_env: device -> environment of its slot procs (``Backend.slot_env``); None
             sets nothing.
+        proc_per_role: one proc per role on each device (``Backend.proc_per_role``).
     """
 
     def __init__(self, alloc: Allocation, source: ParameterSource,
@@ -56,47 +64,86 @@ class MeshController:
                  clock: Clock = time.monotonic, torch_threads: int | None = 1,
                  call_timeout_s: float = 120.0,
                  layouts: Callable[[Role, tuple[int, ...]], Any] | None = None,
-                 slot_env: Callable[[int], Mapping[str, str]] | None = None):
+                 slot_env: Callable[[int], Mapping[str, str]] | None = None,
+                 proc_per_role: bool = False):
         if not factories:
             raise StateError("MeshController: factories is empty; give a context factory "
                              "for each role the slots may take")
         if call_timeout_s <= 0:
             raise StateError(f"MeshController: call_timeout_s must be > 0, got {call_timeout_s}")
+        factories = {Role.parse(r): f for r, f in factories.items()}
+        self.keys: tuple[Role | None, ...] = tuple(factories) if proc_per_role else (None,)
+        """What each proc of a device holds: its role, or None (every role)."""
+        if alloc.procs_per_device != len(self.keys):
+            raise StateError(f"MeshController: the allocation gives each device "
+                             f"{alloc.procs_per_device} procs, the slots need "
+                             f"{len(self.keys)} (proc_per_role={proc_per_role}, roles "
+                             f"{[r.value for r in factories]}); allocate(..., "
+                             f"procs_per_device={len(self.keys)})")
         self.alloc = alloc
         self.timeout = call_timeout_s
         self.layouts = layouts
         self.source = source
-        self._slot_args = (source, dict(factories), torch_threads)
+        self._factories = factories
+        self._threads = torch_threads
         self._slot_env = slot_env
         self.failures: list[str] = []
         self._faults: list[tuple[str, str]] = []
         self._lock = threading.Lock()
         self.dead: set[int] = set()
+        """Devices with a dead proc (until ``recover``)."""
+        self._dead_procs: set[tuple[int, int]] = set()
         install_fault_hook(self._on_fault, weak=True)  # every live controller sees faults
         t = time.perf_counter()
-        self.procs = [alloc.proc(d) for d in range(len(alloc.device_host))]
-        self._gen = [0] * len(self.procs)
+        n = len(alloc.device_host)
+        self.procs = [[alloc.proc(d, k) for k in range(len(self.keys))] for d in range(n)]
+        self._gen = [[0] * len(self.keys) for _ in range(n)]
         self._prefix = f"c{next(_NEXT_ID)}slot"
-        self.slots = [self._spawn(d, self._names[d]) for d in range(len(self.procs))]
+        self._active: list[int] = [0] * n  # which proc of a device holds its active role
+        self.slots = [[self._spawn(d, k) for k in range(len(self.keys))] for d in range(n)]
+        """The slot actors: ``slots[d][k]`` holds ``keys[k]`` on device d."""
         self.describe_all()  # waits for every constructor, so spawn time is measured whole
         self.spawn_s = time.perf_counter() - t
         self.device_map = DeviceMap(alloc.device_host, clock=clock)
         self.shifter = Shifter(self.device_map, self)
         self.training_groups = GroupStore(prefix=f"{self._prefix}train")
         """The store and specs of the training replicas' process groups."""
-        log.info("spawned %d slots in %.2f s", len(self.slots), self.spawn_s)
+        log.info("spawned %d slots (%d procs each) in %.2f s", n, len(self.keys),
+                 self.spawn_s)
 
-    @property
-    def _names(self) -> list[str]:
-        """Slot mesh names, unique per controller; Monarch reports failures as
+    def _name(self, device: int, k: int) -> str:
+        """A slot mesh's name, unique per controller; Monarch reports failures as
         ``<name>-<uid>``."""
-        return [f"{self._prefix}{d}" if g == 0 else f"{self._prefix}{d}r{g}"
-                for d, g in enumerate(self._gen)]
+        key = self.keys[k]
+        g = self._gen[device][k]
+        return (f"{self._prefix}{device}{key.value if key is not None else ''}"
+                f"{f'r{g}' if g else ''}")
 
-    def _spawn(self, device: int, name: str):
+    def _spawn(self, device: int, k: int):
         env = dict(self._slot_env(device)) if self._slot_env is not None else None
-        return spawn_on(self.procs[device], name, SlotActor, device,
-                        self.alloc.device_host[device], *self._slot_args, env)
+        key = self.keys[k]
+        factories = self._factories if key is None else {key: self._factories[key]}
+        return spawn_on(self.procs[device][k], self._name(device, k), SlotActor, device,
+                        self.alloc.device_host[device], self.source, factories,
+                        self._threads, env)
+
+    def actor(self, device: int, role: Role | None = None):
+        """The slot actor of ``device`` that holds ``role``'s context (its one actor
+        without ``proc_per_role``)."""
+        return self.slots[self._check(device)][self._key(device, role)]
+
+    def _key(self, device: int, role: Role | None) -> int:
+        if self.keys == (None,):
+            return 0
+        if role not in self.keys:
+            raise StateError(f"slot {device}: no context for "
+                             f"{role.value if role else None}; the slot was built for "
+                             f"{[r.value for r in self.keys]}")
+        return self.keys.index(role)
+
+    def _holder(self, device: int):
+        """The actor of ``device`` that holds (or last held) its active role."""
+        return self.slots[self._check(device)][self._active[device]]
 
     @classmethod
     def local(cls, num_devices: int, source: ParameterSource,
@@ -104,11 +151,14 @@ class MeshController:
               clock: Clock = time.monotonic, torch_threads: int | None = 1,
               hosts: int = 1,
               slot_env: Callable[[int], Mapping[str, str]] | None = None,
-              layouts: Callable[[Role, tuple[int, ...]], Any] | None = None
-              ) -> "MeshController":
-        """Allocates ``num_devices`` procs over ``hosts`` hosts and spawns their slots."""
-        return cls(allocate(num_devices, hosts), source, factories, clock, torch_threads,
-                   layouts=layouts, slot_env=slot_env)
+              layouts: Callable[[Role, tuple[int, ...]], Any] | None = None,
+              proc_per_role: bool = False) -> "MeshController":
+        """Allocates the procs of ``num_devices`` devices over ``hosts`` hosts and spawns
+        their slots."""
+        per_device = len(factories) if proc_per_role else 1
+        return cls(allocate(num_devices, hosts, procs_per_device=per_device), source,
+                   factories, clock, torch_threads, layouts=layouts, slot_env=slot_env,
+                   proc_per_role=proc_per_role)
 
     # ---- SlotBackend -----------------------------------------------------------------
     def shift_down(self, role: Role, replica_id: str, devices: tuple[int, ...]) -> ShiftResult:
@@ -120,7 +170,7 @@ class MeshController:
     def start_shift_down(self, role: Role, replica_id: str,
                          devices: tuple[int, ...]) -> "_PendingShift":
         """Starts the shift down on every device of the replica; ``.get()`` waits."""
-        futs = [self.slots[d].shift_down.call_one(role, replica_id) for d in devices]
+        futs = [self.actor(d, role).shift_down.call_one(role, replica_id) for d in devices]
         return _PendingShift(futs, self.timeout,
                              lambda rs: ShiftResult(_slowest(rs)))
 
@@ -128,16 +178,20 @@ class MeshController:
                        devices: tuple[int, ...]) -> "_PendingShift":
         """Starts the shift up on every device of the replica; ``.get()`` waits."""
         layout = self.layouts(role, devices) if self.layouts is not None else None
+        for d in devices:
+            self._active[d] = self._key(d, role)
         if role is Role.TRAINING:
             # one rank per device, joined in the replica's group (FSDP2, sec. 5.2); with a
             # layout each rank Reads only its rows (FsdpShardLayouts), else a full copy
             spec = self.training_groups.spec(tuple(devices))
-            futs = [self.slots[d].shift_up.call_one(role, replica_id, layout, tuple(devices),
-                                                    spec) for d in devices]
+            futs = [self.actor(d, role).shift_up.call_one(role, replica_id, layout,
+                                                          tuple(devices), spec)
+                    for d in devices]
         elif layout is None:  # a full copy per device (every local-driver replica)
-            futs = [self.slots[d].shift_up.call_one(role, replica_id) for d in devices]
+            futs = [self.actor(d, role).shift_up.call_one(role, replica_id) for d in devices]
         else:  # each slot Reads its own shard of the replica's layout
-            futs = [self.slots[d].shift_up.call_one(role, replica_id, layout, tuple(devices))
+            futs = [self.actor(d, role).shift_up.call_one(role, replica_id, layout,
+                                                          tuple(devices))
                     for d in devices]
 
         def done(results: list) -> ShiftResult:
@@ -147,22 +201,36 @@ class MeshController:
 
     # ---- inspection and role-specific calls ------------------------------------------
     def describe(self, device: int) -> dict[str, Any]:
-        return self._slot(device).describe.call_one().get(timeout=self.timeout)
+        """What ``device`` holds (``SlotActor.describe``, its procs' merged): ``pid`` is
+        the proc holding the active role (else the first), ``pids`` every proc's."""
+        self._check(device)
+        futs = [a.describe.call_one() for a in self.slots[device]]
+        return self._merge(device, [f.get(timeout=self.timeout) for f in futs])
 
     def describe_all(self) -> list[dict[str, Any]]:
-        futs = [s.describe.call_one() for s in self.slots]
-        return [f.get(timeout=self.timeout) for f in futs]
+        futs = [[a.describe.call_one() for a in s] for s in self.slots]
+        return [self._merge(d, [f.get(timeout=self.timeout) for f in fs])
+                for d, fs in enumerate(futs)]
+
+    def _merge(self, device: int, parts: list[dict[str, Any]]) -> dict[str, Any]:
+        held = [p for p in parts if p["role"] is not None]
+        out = dict(held[0] if held else parts[self._active[device]])
+        out["pids"] = [p["pid"] for p in parts]
+        out["build_s"] = max(p["build_s"] for p in parts)
+        for k in ("context_ids", "contexts"):
+            out[k] = {r: v for p in parts for r, v in p[k].items()}
+        return out
 
     def tensors(self, device: int, role: Role, item: str):
-        return self._slot(device).tensors.call_one(role, item).get(timeout=self.timeout)
+        return self.actor(device, role).tensors.call_one(role, item).get(timeout=self.timeout)
 
     def invoke(self, device: int, method: str, **kwargs: Any) -> Any:
-        return self._slot(device).invoke.call_one(method, kwargs).get(timeout=self.timeout)
+        return self._holder(device).invoke.call_one(method, kwargs).get(timeout=self.timeout)
 
     def invoke_start(self, device: int, method: str, **kwargs: Any):
         """Like ``invoke`` but returns at once with a handle; ``.get()`` waits for the
         result. Calls to several slots started before any ``get`` run concurrently."""
-        fut = self._slot(device).invoke.call_one(method, kwargs)
+        fut = self._holder(device).invoke.call_one(method, kwargs)
         return _Pending(fut, self.timeout)
 
     def write_back(self, device: int) -> float:
@@ -181,7 +249,7 @@ class MeshController:
     def write_back_start(self, device: int) -> _Pending:
         """Starts the training slot's GPS Write of its weights; ``.get()`` or ``await
         .wait()`` for the seconds it took."""
-        return _Pending(self._slot(device).write_back.call_one(), self.timeout)
+        return _Pending(self._holder(device).write_back.call_one(), self.timeout)
 
     def poll_faults(self) -> tuple[int, ...]:
         """Marks the devices whose slot process died (reported by Monarch's supervision)
@@ -191,10 +259,14 @@ class MeshController:
         hit = []
         for name, msg in faults:
             for d in range(len(self.slots)):
-                if name.split("-")[0] == self._names[d] and d not in hit:
-                    hit.append(d)
-                    self.dead.add(d)
-                    self.device_map.mark_lost((d,), f"process died: {msg[:160]}")
+                for k in range(len(self.keys)):
+                    if name.split("-")[0] != self._name(d, k):
+                        continue
+                    self._dead_procs.add((d, k))
+                    if d not in hit:
+                        hit.append(d)
+                        self.dead.add(d)
+                        self.device_map.mark_lost((d,), f"process died: {msg[:160]}")
         if hit:
             log.error("slot processes of devices %s died", hit)
             self._release_writes(hit)
@@ -214,8 +286,8 @@ class MeshController:
                 log.warning("GPS writer_lost(slot%d): %s; its lease will expire", d, e)
 
     def recover(self, devices: tuple[int, ...]) -> float:
-        """Returns lost slots to the idle pool: a live slot is reset in place, a dead one
-        gets a new proc and slot. Returns the slowest recovery's seconds."""
+        """Returns lost slots to the idle pool: a live slot proc is reset in place, a dead
+        one is replaced by a new proc and slot. Returns the slowest recovery's seconds."""
         lost = set(self.device_map.devices_in(SlotKind.LOST))
         bad = [d for d in devices if d not in lost]
         if bad:
@@ -225,14 +297,19 @@ class MeshController:
         self.training_groups.forget()   # a reset slot lost its groups: form new ones
         for d in devices:
             t = time.perf_counter()
-            if d in self.dead:
-                self.procs[d] = self.alloc.replacement(d)
-                self._gen[d] += 1
-                self.slots[d] = self._spawn(d, self._names[d])
-                self.slots[d].describe.call_one().get(timeout=self.timeout)
-                self.dead.discard(d)
-            else:
-                self.slots[d].reset.call_one().get(timeout=self.timeout)
+            futs = []
+            for k in range(len(self.keys)):
+                if (d, k) in self._dead_procs:
+                    self.procs[d][k] = self.alloc.replacement(d, k)
+                    self._gen[d][k] += 1
+                    self.slots[d][k] = self._spawn(d, k)
+                    futs.append(self.slots[d][k].describe.call_one())
+                    self._dead_procs.discard((d, k))
+                else:
+                    futs.append(self.slots[d][k].reset.call_one())
+            for f in futs:
+                f.get(timeout=self.timeout)
+            self.dead.discard(d)
             secs = max(secs, time.perf_counter() - t)
         self.device_map.recover(devices)
         return secs
@@ -240,17 +317,18 @@ class MeshController:
     def stop(self) -> None:
         """Stops every live slot mesh and ends a multi-host job (this host's procs stay
         until the client exits: ``ProcMesh.stop`` takes 4-10 s, docs/stack.md)."""
-        for d, s in enumerate(self.slots):
-            if d not in self.dead:
-                s.stop().get(timeout=self.timeout)
+        for d, procs in enumerate(self.slots):
+            for k, a in enumerate(procs):
+                if (d, k) not in self._dead_procs:
+                    a.stop().get(timeout=self.timeout)
         self.alloc.close()
 
-    def _slot(self, device: int):
+    def _check(self, device: int) -> int:
         if not 0 <= device < len(self.slots):
             raise StateError(f"device {device} is outside the {len(self.slots)} slots")
         if self.device_map.state(device).kind is SlotKind.LOST:
             raise StateError(f"device {device} is lost; recover it before calling its slot")
-        return self.slots[device]
+        return device
 
     def _on_fault(self, failure) -> None:
         """Monarch's supervision hook (runs on its thread): keeps the client alive (the
@@ -318,7 +396,7 @@ class _PendingWrite:
     def _begin(self) -> list:
         model = MODEL_OF_ROLE[Role.TRAINING]
         self.ticket = self.ctl.source.begin_write(model, self.devices, self.layout)
-        return [self.ctl._slot(d).write_part.call_one(self.ticket) for d in self.devices]
+        return [self.ctl._holder(d).write_part.call_one(self.ticket) for d in self.devices]
 
     def _abort(self, e: BaseException) -> None:
         if self.ticket is not None:

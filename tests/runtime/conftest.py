@@ -26,7 +26,8 @@ def models():
 
 
 @pytest.fixture(scope="session")
-def mesh(models):
+def source(models):
+    """A GPS actor holding both models, and its client for 4 devices on one host."""
     logging.getLogger("pivot").setLevel(logging.INFO)
     metas = {m: ModelMeta.from_state_dict(m, sd) for m, sd in models.items()}
     storage = plan_storage(list(metas.values()), 1, 1 << 30)
@@ -34,19 +35,28 @@ def mesh(models):
     source = GPSParameterSource([gps], metas, storage, (0,) * 4)
     for m, sd in models.items():
         source.gps.load(m, sd)
-    factories = {
+    yield source
+    source.gps.close()
+    gps.close.call_one().get()
+
+
+@pytest.fixture(scope="session")
+def factories():
+    return {
         Role.ROLLOUT: functools.partial(InferenceContext, Role.ROLLOUT, 512, 64),
         Role.REWARD: functools.partial(InferenceContext, Role.REWARD, 256, 64),
         Role.TRAINING: functools.partial(TrainingContext, TinyMLP(POLICY_SIZES)),
     }
+
+
+@pytest.fixture(scope="session")
+def mesh(source, factories):
     # the cuda backend's slot environment (one GPU per slot, 2 a host): set in each proc
     # before its contexts are built; harmless where there is no GPU
     env = functools.partial(Backend("cuda").slot_env, per_host=2)
     ctl = MeshController.local(4, source, factories, slot_env=env)
     yield ctl
     ctl.stop()
-    source.gps.close()
-    gps.close.call_one().get()
 
 
 @pytest.fixture

@@ -19,6 +19,13 @@ def test_cpu_and_cuda_differ_only_in_their_fields():
         "cuda", "nccl", "bfloat16", "bf16", True)
 
 
+def test_a_process_per_role_on_cuda_by_default_and_on_cpu_when_asked():
+    assert Backend("cuda").procs_per_role and not Backend("cpu").procs_per_role
+    assert Backend("cpu", proc_per_role=True).procs_per_role
+    with pytest.raises(ConfigError, match="Backend.proc_per_role.*process per role"):
+        Backend("cuda", proc_per_role=False)
+
+
 def test_an_unknown_kind_names_the_binding_and_the_choices():
     with pytest.raises(ConfigError, match=r"Backend.kind='tpu'.*\('cpu', 'cuda'\)"):
         Backend("tpu")

@@ -75,7 +75,7 @@ def test_a_rollout_replica_shifts_to_reward_and_its_sequences_move(idle_mesh, mo
 
 def test_a_slot_out_of_sync_fails_its_shift_is_marked_lost_and_recovers(idle_mesh, models):
     m = idle_mesh
-    m.slots[0].shift_up.call_one(Role.ROLLOUT, "rogue").get()  # behind the map's back
+    m.actor(0).shift_up.call_one(Role.ROLLOUT, "rogue").get()  # behind the map's back
     with pytest.raises(ShiftError, match="holds rollout replica rogue"):
         m.shifter.shift_up(Role.REWARD, "rm-z", (0,))
     assert m.device_map.state(0).kind is SlotKind.LOST

@@ -85,7 +85,7 @@ def test_a_slot_refuses_a_shift_that_disagrees_with_what_it_holds(idle_mesh):
     m = idle_mesh
     m.shifter.shift_up(Role.REWARD, "rm-x", (0,))
     with pytest.raises(Exception, match="holds reward replica rm-x; shift down first"):
-        m.slots[0].shift_up.call_one(Role.ROLLOUT, "ro-x").get()
+        m.actor(0).shift_up.call_one(Role.ROLLOUT, "ro-x").get()
     with pytest.raises(StateError, match="device 0 .* is active in reward replica rm-x"):
         m.shifter.shift_up(Role.ROLLOUT, "ro-x", (0,))
     assert m.describe(0)["role"] is Role.REWARD
