@@ -1,0 +1,51 @@
+"""The real driver with a process per role on each slot (``Backend.proc_per_role``, the
+``cuda`` layout, issue 15 item 2) run on this machine's CPUs: 2 slots, each a policy
+engine process, a GenRM engine process and a trainer process; colocated shifts every role
+over both slots, so rollout, reward and FSDP2 training over gloo all cross the routing."""
+
+import pytest
+
+from pivot.config.validation import default_of
+from pivot.local.deployments import LOCAL_DEPLOYMENTS
+from pivot.local.driver import LocalDriver
+from pivot.local.group import LocalGroup
+from pivot.local.stack import LocalStack
+from pivot.rl.data import PromptStream
+from pivot.runtime.backend import Backend
+from pivot.types import Role
+
+pytestmark = [pytest.mark.engine, pytest.mark.monarch, pytest.mark.slow]
+
+GROUP = dict(n=2, max_response_tokens=16, max_judge_tokens=16)   # as the shared stack's
+
+
+def test_colocated_trains_on_slots_of_one_process_per_role(tmp_path):
+    group = LocalGroup(**GROUP, devices=2, backend=Backend("cpu", proc_per_role=True))
+    settings = [default_of(LocalDriver, k) for k in ("seed", "lr", "cpu_share")]
+    stack = LocalStack(group, *settings).start()
+    d = LocalDriver(group, LOCAL_DEPLOYMENTS["colocated"],
+                    PromptStream(prompts_per_step=2, num_val=4), steps=2,
+                    run_dir=str(tmp_path), eval_every=-1, stack=stack)
+    try:
+        ctl = stack.ctl
+        before = [ctl.describe(x)["pids"] for x in range(2)]
+        assert all(len(set(p)) == 3 for p in before)
+        res = d.run()
+        assert [m["step"] for m in res.steps] == [1, 2]
+        assert all(m["tokens"] > 0 and m["batch_tokens"] > 0 for m in res.steps)
+        ups = {s["up_role"] for s in res.shifts}
+        assert {"rollout", "reward", "training"} <= ups
+        # training ran on both slots' trainer processes: one FSDP2 group of 2
+        assert all(m["trainer/world_size"] == 2 for m in res.steps)
+        # each engine lives in its own process for the whole run: none restarted
+        assert [ctl.describe(x)["pids"] for x in range(2)] == before
+        for x in range(2):
+            info = ctl.describe(x)
+            by_role = {r.value: ctl.slots[x][k].describe.call_one().get()["pid"]
+                       for k, r in enumerate(ctl.keys)}
+            assert by_role == dict(zip((r.value for r in ctl.keys), before[x]))
+            assert set(info["contexts"]) == {Role.ROLLOUT.value, Role.REWARD.value,
+                                             Role.TRAINING.value}
+    finally:
+        d.close()
+        stack.close()
