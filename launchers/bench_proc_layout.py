@@ -76,7 +76,8 @@ def main(argv=None) -> int:
     res: dict = {"devices": a.devices, "steps": a.steps, "group": GROUP,
                  "load_average_start": os.getloadavg()}
     for name, per_role in (("one_per_slot", False), ("one_per_role", True)):
-        res[name] = run_layout(per_role, a.devices, a.steps, out.parent / "runs" / f"proc_layout_{name}")
+        run_dir = out.parent / "runs" / f"proc_layout_{name}"
+        res[name] = run_layout(per_role, a.devices, a.steps, run_dir)
         print(name, {k: (round(v, 3) if isinstance(v, float) else v)
                      for k, v in res[name].items() if k != "step_s"}, flush=True)
     one, per = res["one_per_slot"], res["one_per_role"]
