@@ -62,7 +62,10 @@ class SlotGeneratorContext(GeneratorContext):
 
     def refresh(self) -> dict[str, float]:
         """Reads the newest version of this role's model from GPS and loads it (the
-        scheduler aborted this replica's sequences first; the engine refuses otherwise)."""
+        scheduler aborted this replica's sequences first; the engine refuses otherwise).
+        A follower rank of a TP replica gets the weights in rank 0's mirrored load."""
+        if self.is_follower:
+            return {"gps_read_s": 0.0, "load_s": 0.0}
         t = time.perf_counter()
         state = self.source.read(self.model, (self.device,))[self.device]
         t_read = time.perf_counter() - t
@@ -299,12 +302,21 @@ class GeneratorFactory:
     """Builds a slot's generator context; binds the slot's engines (policy and GenRM, one
     awake at a time) to core ``device % cores`` (the slot's device comes from
     ``PIVOT_SLOT_DEVICE``, set by ``SlotActor``), so two slots' engines never share a
-    core's OpenMP threads (docs/stack.md)."""
+    core's OpenMP threads (docs/stack.md).
+
+    With ``cfg.tensor_parallel_size`` k above 1 the slot's engine is rank ``device % k``
+    of the replica on the aligned block ``device // k`` (a process per role, so the
+    slot's other engine keeps a world of its own): torchrun's variables are set here,
+    before the engine starts, with the block's rendezvous at ``tp_port + block`` on this
+    host (a block never spans hosts). Every rank of a block builds its engine at once
+    (the slots are spawned together): the engine start is a collective.
+    """
 
     role: Role
     cfg: EngineConfig
     source: Any
     cores: int
+    tp_port: int = 0
 
     def __call__(self) -> SlotGeneratorContext:
         import dataclasses
@@ -312,4 +324,9 @@ class GeneratorFactory:
 
         device = int(os.environ.get("PIVOT_SLOT_DEVICE", "0"))
         cfg = dataclasses.replace(self.cfg, cpu_core=device % self.cores)
+        k = cfg.tensor_parallel_size
+        if k > 1:
+            from pivot.roles.engine.tp import torchrun_env
+            os.environ.update(torchrun_env(device % k, k, "127.0.0.1",
+                                           self.tp_port + device // k))
         return SlotGeneratorContext(self.role, cfg, self.source, device)

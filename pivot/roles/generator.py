@@ -14,6 +14,7 @@ behind an actor of its own use ``pivot.testing.generator.GeneratorActor``.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,10 +55,21 @@ class GeneratorContext:
         self.model = MODEL_OF_ROLE[self.role]
         self.loop = shared_loop(self.model, self.cfg)
         self.holds_weights = False
+        self.kv_up = False
+        # A follower rank of a TP replica applies rank 0's engine calls, shift steps
+        # included (pivot.roles.engine.mirror): its own context changes nothing
+        self.is_follower = getattr(self.loop, "is_follower", False)
         # asleep until the first shift up Reads its weights (the start loaded the folder's)
-        self.last_release: ReleaseReport | None = self.loop.call(_asleep)
+        self.last_release: ReleaseReport | None = (
+            None if self.is_follower else self.loop.call(_asleep))
 
     def discard(self, category: ContextCategory) -> None:
+        if category is ContextCategory.TEMPORARY:
+            self.kv_up = False
+        elif category is ContextCategory.PARAMETERS:
+            self.holds_weights = False
+        if self.is_follower:
+            return
         if category is ContextCategory.TEMPORARY:
             self.loop.call(lambda e: e.release_kv())
         elif category is ContextCategory.PARAMETERS:
@@ -71,20 +83,32 @@ class GeneratorContext:
         """Nothing was offloaded (see ``offload``)."""
 
     def reallocate(self, category: ContextCategory) -> None:
-        self.loop.call(lambda e: e.reallocate_kv())
+        self.kv_up = True
+        if not self.is_follower:
+            self.loop.call(lambda e: e.reallocate_kv())
 
     def load_parameters(self, state: Mapping[str, torch.Tensor]) -> None:
-        self.timings["load_weights"] = self.loop.call(lambda e: e.load_weights(state))
+        if not self.is_follower:
+            self.timings["load_weights"] = self.loop.call(lambda e: e.load_weights(state))
         self.holds_weights = True
+
+    def _kv_allocated(self, st) -> bool:
+        # a follower's engine lags rank 0's stream: it reports what its shifts asked for
+        return self.kv_up if self.is_follower else st.kv_allocated
 
     @property
     def kv_capacity(self) -> int:
-        allocated = self.loop.call(lambda e: e.stats().kv_allocated)
-        return self.cfg.kv_capacity if allocated else 0
+        st = self.loop.call(lambda e: e.stats())
+        return self.cfg.kv_capacity if self._kv_allocated(st) else 0
 
     def describe(self) -> dict[str, Any]:
         st = self.loop.call(lambda e: e.stats())
-        return {"kv_capacity": self.cfg.kv_capacity if st.kv_allocated else 0,
-                "weights_loaded": st.weights_loaded and self.holds_weights,
+        return {"kv_capacity": self.cfg.kv_capacity if self._kv_allocated(st) else 0,
+                "tp_rank": (int(os.environ.get("RANK", "0"))
+                            if self.cfg.tensor_parallel_size > 1 else None),
+                "mirrored_calls": (self.loop.applied if self.is_follower
+                                   else getattr(self.loop.engine, "sent", None)),
+                "weights_loaded": self.holds_weights and (self.is_follower
+                                                          or st.weights_loaded),
                 "model": self.model, "engine_start_s": self.loop.engine.start_s,
                 "rss_bytes": st.rss_bytes, "engine": dataclasses.asdict(st)}

@@ -57,6 +57,9 @@ class MeshController:
         slot_env: device -> environment of its slot procs (``Backend.slot_env``); None
             sets nothing.
         proc_per_role: one proc per role on each device (``Backend.proc_per_role``).
+        replica_sizes: role -> devices of one replica whose engines are fixed to aligned
+            blocks (TP > 1, ``GeneratorFactory``): a shift up of that role on any other
+            set of devices is refused. Roles not named take any devices.
     """
 
     def __init__(self, alloc: Allocation, source: ParameterSource,
@@ -65,7 +68,8 @@ class MeshController:
                  call_timeout_s: float = 120.0,
                  layouts: Callable[[Role, tuple[int, ...]], Any] | None = None,
                  slot_env: Callable[[int], Mapping[str, str]] | None = None,
-                 proc_per_role: bool = False):
+                 proc_per_role: bool = False,
+                 replica_sizes: Mapping[Role, int] | None = None):
         if not factories:
             raise StateError("MeshController: factories is empty; give a context factory "
                              "for each role the slots may take")
@@ -85,6 +89,7 @@ class MeshController:
         self.layouts = layouts
         self.source = source
         self._factories = factories
+        self.replica_sizes = {r: k for r, k in (replica_sizes or {}).items() if k > 1}
         self._threads = torch_threads
         self._slot_env = slot_env
         self.failures: list[str] = []
@@ -147,18 +152,13 @@ class MeshController:
 
     @classmethod
     def local(cls, num_devices: int, source: ParameterSource,
-              factories: Mapping[Role, Callable[[], RoleContext]],
-              clock: Clock = time.monotonic, torch_threads: int | None = 1,
-              hosts: int = 1,
-              slot_env: Callable[[int], Mapping[str, str]] | None = None,
-              layouts: Callable[[Role, tuple[int, ...]], Any] | None = None,
-              proc_per_role: bool = False) -> "MeshController":
+              factories: Mapping[Role, Callable[[], RoleContext]], hosts: int = 1,
+              proc_per_role: bool = False, **kwargs: Any) -> "MeshController":
         """Allocates the procs of ``num_devices`` devices over ``hosts`` hosts and spawns
-        their slots."""
+        their slots; ``kwargs`` go to the constructor."""
         per_device = len(factories) if proc_per_role else 1
         return cls(allocate(num_devices, hosts, procs_per_device=per_device), source,
-                   factories, clock, torch_threads, layouts=layouts, slot_env=slot_env,
-                   proc_per_role=proc_per_role)
+                   factories, proc_per_role=proc_per_role, **kwargs)
 
     # ---- SlotBackend -----------------------------------------------------------------
     def shift_down(self, role: Role, replica_id: str, devices: tuple[int, ...]) -> ShiftResult:
@@ -177,6 +177,13 @@ class MeshController:
     def start_shift_up(self, role: Role, replica_id: str,
                        devices: tuple[int, ...]) -> "_PendingShift":
         """Starts the shift up on every device of the replica; ``.get()`` waits."""
+        k = self.replica_sizes.get(role)
+        if k is not None and (len(devices) != k or devices[0] % k
+                              or tuple(devices) != tuple(range(devices[0], devices[0] + k))):
+            raise StateError(f"shift up {role.value} replica {replica_id} on devices "
+                             f"{list(devices)}: its engines are tensor-parallel blocks of {k} "
+                             f"aligned devices, fixed at start; use a block [b*{k}, b*{k}+{k})"
+                             f" (PivotPlanner.aligned_blocks)")
         layout = self.layouts(role, devices) if self.layouts is not None else None
         for d in devices:
             self._active[d] = self._key(d, role)

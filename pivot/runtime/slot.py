@@ -103,7 +103,10 @@ class SlotActor(Actor):
                              f"{replica_id}, but it holds {self._holding()}; shift down first")
         ctx = self._context(role)
 
-        if layout is None:
+        if getattr(ctx, "is_follower", False):
+            def read():   # a follower rank gets its weights in rank 0's mirrored load
+                return {}
+        elif layout is None:
             def read():
                 return self.source.read(ctx.model, (self.device,), None)[self.device]
         else:

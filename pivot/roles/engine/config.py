@@ -40,6 +40,10 @@ class EngineConfig:
             kernel, docs/stack.md; ``Backend.dtype`` gives ``bfloat16`` on GPUs).
         load_format: vLLM's ``load_format``; ``dummy`` starts the engine on random weights
             of the real shapes (the first shift up Reads the real ones from GPS).
+        tensor_parallel_size: devices of one replica; above 1 each device's process
+            builds its rank's engine with vLLM's ``external_launcher`` (torchrun's
+            variables set, ``pivot.roles.engine.tp.torchrun_env``) and rank 0 mirrors
+            every engine call to the others (``pivot.roles.engine.mirror``).
     """
 
     model: str
@@ -53,6 +57,7 @@ class EngineConfig:
     cache_dir: str = "cache"
     dtype: str = "float32"
     load_format: str = "auto"
+    tensor_parallel_size: int = 1
 
     @property
     def kv_capacity(self) -> int:

