@@ -307,16 +307,16 @@ class GeneratorFactory:
     With ``cfg.tensor_parallel_size`` k above 1 the slot's engine is rank ``device % k``
     of the replica on the aligned block ``device // k`` (a process per role, so the
     slot's other engine keeps a world of its own): torchrun's variables are set here,
-    before the engine starts, with the block's rendezvous at ``tp_port + block`` on this
-    host (a block never spans hosts). Every rank of a block builds its engine at once
-    (the slots are spawned together): the engine start is a collective.
+    before the engine starts, with the block's rendezvous at ``tp_ports[block]`` on this
+    host (a block never spans hosts; ``rendezvous_ports``). Every rank of a block builds
+    its engine at once (the slots are spawned together): the engine start is a collective.
     """
 
     role: Role
     cfg: EngineConfig
     source: Any
     cores: int
-    tp_port: int = 0
+    tp_ports: tuple[int, ...] = ()
 
     def __call__(self) -> SlotGeneratorContext:
         import dataclasses
@@ -328,5 +328,26 @@ class GeneratorFactory:
         if k > 1:
             from pivot.roles.engine.tp import torchrun_env
             os.environ.update(torchrun_env(device % k, k, "127.0.0.1",
-                                           self.tp_port + device // k))
+                                           self.tp_ports[device // k]))
         return SlotGeneratorContext(self.role, cfg, self.source, device)
+
+
+def rendezvous_ports(devices: int, cfg: EngineConfig) -> tuple[int, ...]:
+    """A free TCP port of this machine for each TP block of ``cfg``'s engines (none at
+    TP 1). On a cluster every block's rank 0 is on its own host, where the same port is
+    taken to be free too."""
+    import socket
+
+    k = cfg.tensor_parallel_size
+    if k == 1:
+        return ()
+    socks = []
+    try:
+        for _ in range(devices // k):   # held open together, so the ports differ
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return tuple(s.getsockname()[1] for s in socks)
+    finally:
+        for s in socks:
+            s.close()

@@ -200,6 +200,14 @@ class LocalDriver:
               f"together at most {pool} (LocalGroup.devices={group.devices}"
               f"{f' less {self.train_needed} training slots' if deployment.training_home else ''})")
         self.split = (ro, rm)
+        self.replica_devices = {Role.ROLLOUT: group.policy_replica_devices,
+                                Role.REWARD: group.genrm_replica_devices}
+        for (role, k), n, key in zip(self.replica_devices.items(), self.split,
+                                     ("rollout_devices", "reward_devices")):
+            check(n % k == 0, f"Deployment {deployment.name!r}: {key}", n,
+                  f"a {role.value} replica is {k} devices (LocalGroup."
+                  f"{'policy' if role is Role.ROLLOUT else 'genrm'}_replica_devices): use a "
+                  f"multiple of {k}")
         # built here, not at run time: its checks (and those against this group's slots)
         # fail before any engine starts
         self.planner = deployment.planner(self.tm, self.judge_tm)
@@ -255,7 +263,8 @@ class LocalDriver:
                              stop_token_ids=(judge_eos,) if judge_eos is not None else ())
         encode = codecs[POLICY].encode
         self.fleet = Fleet(self.ctl, self.schedulers, codecs, ro_spec, rm_spec, self.seed)
-        shapes = {r: RoleShape(1, self.kv_capacity, g.devices, self.tau_inference)
+        shapes = {r: RoleShape(self.replica_devices[r], self.kv_capacity,
+                               g.devices // self.replica_devices[r], self.tau_inference)
                   for r in INFERENCE_ROLES}
         planner = self.planner
         self.control = LocalControl(self.ctl, self.fleet, planner, shapes, self.train_needed,
@@ -281,7 +290,7 @@ class LocalDriver:
             ex.execute(ShiftPlan(Role.TRAINING, (ShiftDown(None, None, devs),), (devs,),
                                  reason="provision"))
         for role, count in zip(INFERENCE_ROLES, split):
-            groups = tuple((free.pop(0),) for _ in range(min(count, len(free))))
+            groups = take_blocks(free, self.replica_devices[role], count)
             if groups:
                 used = tuple(x for grp in groups for x in grp)
                 ex.execute(ShiftPlan(role, (ShiftDown(None, None, used),), groups,
@@ -400,3 +409,19 @@ def _wandb_log(m: dict[str, Any]) -> None:
     flat = {f"rl/{k}": v for k, v in m.items() if isinstance(v, (int, float))}
     flat.update({f"alloc/{r}": len(v) for r, v in m.get("allocation", {}).items()})
     wandb.log(flat, step=int(m["step"]))
+
+
+def take_blocks(free: list[int], k: int, count: int) -> tuple[tuple[int, ...], ...]:
+    """Up to ``count`` devices of ``free`` as replicas of ``k``: aligned blocks
+    ``[b*k, b*k+k)`` whose devices are all free, lowest first (a TP replica's engines are
+    fixed to its block at start). Removes them from ``free``."""
+    out = []
+    for b in sorted({d // k for d in free}):
+        block = tuple(range(b * k, b * k + k))
+        if len(out) * k + k > count:
+            break
+        if all(d in free for d in block):
+            out.append(block)
+            for d in block:
+                free.remove(d)
+    return tuple(out)

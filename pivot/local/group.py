@@ -14,7 +14,7 @@ from pathlib import Path
 
 import gin
 
-from pivot.config.validation import check_bool, check_range, check_text, default_of
+from pivot.config.validation import check_bool, check_range, check_text, default_of, fail
 from pivot.errors import ConfigError
 from pivot.models import ensure_models
 from pivot.models import paths as model_paths
@@ -110,10 +110,13 @@ class LocalGroup:
         self.backend.check_host_share(self.devices, self.gb_per_slot, self.memory_budget_gb,
                                       where=f"model group {self.name!r}")
         for k in ("policy_replica_devices", "genrm_replica_devices"):
-            check_range(f"LocalGroup.{k}", getattr(self, k), 1, 1, integer=True,
-                        why="replicas of several devices (TP/EP engines through vLLM's "
-                            "external_launcher, issue 15 item 2) are not built in the real "
-                            "driver yet: every replica is a full copy on one slot")
+            check_range(f"LocalGroup.{k}", getattr(self, k), 1, self.devices, integer=True,
+                        why="devices of one tensor-parallel replica")
+            if getattr(self, k) > 1 and not self.backend.procs_per_role:
+                fail(f"LocalGroup.{k}", getattr(self, k),
+                     "a replica of several devices needs a process per role on each slot "
+                     "(its engine's parallel group is per process): set "
+                     "Backend.proc_per_role = True, or use 1")
 
     def model_dirs(self) -> tuple[str, str]:
         """The two model folders, checked (or written at random when allowed)."""

@@ -87,7 +87,7 @@ class LocalStack:
         from pivot.gps.hosts import spawn_gps
         from pivot.gps.layout import ModelMeta, plan_storage
         from pivot.local.cgroups import SlotCpuShares
-        from pivot.local.contexts import GeneratorFactory, SlotTrainerContext
+        from pivot.local.contexts import GeneratorFactory, SlotTrainerContext, rendezvous_ports
         from pivot.models.tokenizer import TextCodec
         from pivot.roles.engine.config import read_hf_config
         from pivot.runtime.gps_source import FsdpShardLayouts, GPSParameterSource
@@ -98,6 +98,10 @@ class LocalStack:
         g = self.group
         g.check()
         self.policy_dir, self.genrm_dir = g.model_dirs()
+        from pivot.roles.engine.tp import check_tp_size
+        for d, k in ((self.policy_dir, g.policy_replica_devices),
+                     (self.genrm_dir, g.genrm_replica_devices)):
+            check_tp_size(d, k)   # before any process starts
         cache = str(Path("cache").resolve())
         ensure_client_tmpdir(Path(cache) / "tmp")  # Monarch's sockets (pivot.compat.monarch)
         # each model its own tokenizer: text crosses from rollout to reward, never ids
@@ -124,10 +128,12 @@ class LocalStack:
         self.source = GPSParameterSource(gps, metas, storage, alloc.device_host)
         self._load_initial()
         # one engine per model per slot, each configured from its own folder (sec. 5.2)
+        # a model's replicas of k > 1 devices are TP blocks, their engines fixed at start
+        tp = {POLICY: g.policy_replica_devices, GENRM: g.genrm_replica_devices}
         self.engine_configs = {
             m: EngineConfig(d, max_model_len=self.max_model_len, num_blocks=g.num_blocks,
                             cache_dir=cache, seed=self.seed, dtype=g.backend.dtype,
-                            load_format=g.load_format)
+                            load_format=g.load_format, tensor_parallel_size=tp[m])
             for m, d in ((POLICY, self.policy_dir), (GENRM, self.genrm_dir))}
         ecfg = {r: self.engine_configs[MODEL_OF_ROLE[r]] for r in INFERENCE_ROLES}
         self.kv_capacities = {r: c.kv_capacity for r, c in ecfg.items()}
@@ -135,7 +141,9 @@ class LocalStack:
         self.max_num_seqs = min(c.max_num_seqs for c in ecfg.values())
         cores = os.cpu_count() or 1
         factories: dict[Role, Any] = {
-            r: GeneratorFactory(r, ecfg[r], self.source, cores) for r in INFERENCE_ROLES}
+            r: GeneratorFactory(r, ecfg[r], self.source, cores,
+                                tp_ports=rendezvous_ports(g.devices, ecfg[r]))
+            for r in INFERENCE_ROLES}
         factories[Role.TRAINING] = functools.partial(
             SlotTrainerContext, self.policy_dir, self.lr, self.max_model_len, self.seed,
             device=g.backend.device_type, precision=g.backend.precision, dist=g.backend.dist)
@@ -150,7 +158,9 @@ class LocalStack:
                                   layouts=layouts,
                                   slot_env=functools.partial(g.backend.slot_env,
                                                              per_host=per_host),
-                                  proc_per_role=per_role)
+                                  proc_per_role=per_role,
+                                  replica_sizes={r: c.tensor_parallel_size
+                                                 for r, c in ecfg.items()})
         self.slots_up_s = time.perf_counter() - t
         log.info("%d device slots with %d engines up in %.1f s", g.devices,
                  g.devices * len(INFERENCE_ROLES), self.slots_up_s)

@@ -48,3 +48,27 @@ def test_run_py_reports_a_bad_binding_without_starting_engines():
     assert out.returncode == 2
     assert "LocalGroup.devices=16: 16 slots a host do not fit" in out.stderr
     assert "slots with engines up" not in out.stderr
+
+
+def test_a_tp_replica_needs_a_process_per_role_and_whole_replicas():
+    from pivot.local.deployments import split_deployment
+    from pivot.local.driver import LocalDriver
+    from pivot.runtime.backend import Backend
+
+    with pytest.raises(ConfigError, match="policy_replica_devices.*proc_per_role = True"):
+        LocalGroup(policy_replica_devices=2)
+    group = LocalGroup(policy_replica_devices=2, backend=Backend("cpu", proc_per_role=True))
+    # a split of 1 rollout slot does not make a replica of 2
+    with pytest.raises(ConfigError, match="rollout_devices=1.*multiple of 2"):
+        LocalDriver(group, split_deployment("disaggregated_1_2_1"), PromptStream())
+
+
+def test_provisioning_takes_aligned_blocks_of_free_slots():
+    from pivot.local.driver import take_blocks
+
+    free = [0, 1, 2, 4, 5]
+    assert take_blocks(free, 2, 4) == ((0, 1), (4, 5)) and free == [2]
+    free = [1, 2, 3]
+    assert take_blocks(free, 2, 2) == ((2, 3),) and free == [1]
+    free = [0, 1, 2]
+    assert take_blocks(free, 1, 2) == ((0,), (1,)) and free == [2]

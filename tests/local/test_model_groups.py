@@ -29,8 +29,8 @@ def qwen7b_30b():
 def test_the_group_maps_its_own_settings_without_restating_them(qwen7b_30b, tmp_path):
     g = qwen7b_30b
     big = 1e6   # a CPU host with the memory, so that only the mapping is left to check
-    # the GenRM's TP x EP = 4 replica is refused until the real driver has TP engines
-    with pytest.raises(ConfigError, match="genrm_replica_devices=4.*not built"):
+    # the GenRM's TP x EP = 4 replica needs a process per role on each slot
+    with pytest.raises(ConfigError, match="genrm_replica_devices=4.*process per role"):
         cluster_group(g, Backend("cpu"), memory_budget_gb=big)
     one = dataclasses.replace(g, genrm=dataclasses.replace(g.genrm, devices=1))
     lg = cluster_group(one, Backend("cpu"), checkpoints=str(tmp_path), load_format="dummy",

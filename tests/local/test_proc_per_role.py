@@ -1,7 +1,10 @@
 """The real driver with a process per role on each slot (``Backend.proc_per_role``, the
 ``cuda`` layout, issue 15 item 2) run on this machine's CPUs: 2 slots, each a policy
 engine process, a GenRM engine process and a trainer process; colocated shifts every role
-over both slots, so rollout, reward and FSDP2 training over gloo all cross the routing."""
+over both slots, so rollout, reward and FSDP2 training over gloo all cross the routing.
+The policy's replica is tensor-parallel over both slots (TP=2 through vLLM's
+``external_launcher``, rank 0 mirroring its engine calls to rank 1); the GenRM's replicas
+are one slot each."""
 
 import pytest
 
@@ -19,8 +22,10 @@ pytestmark = [pytest.mark.engine, pytest.mark.monarch, pytest.mark.slow]
 GROUP = dict(n=2, max_response_tokens=16, max_judge_tokens=16)   # as the shared stack's
 
 
-def test_colocated_trains_on_slots_of_one_process_per_role(tmp_path):
-    group = LocalGroup(**GROUP, devices=2, backend=Backend("cpu", proc_per_role=True))
+def test_colocated_trains_with_a_tp2_policy_replica_on_slots_of_one_process_per_role(
+        tmp_path):
+    group = LocalGroup(**GROUP, devices=2, backend=Backend("cpu", proc_per_role=True),
+                       policy_replica_devices=2)
     settings = [default_of(LocalDriver, k) for k in ("seed", "lr", "cpu_share")]
     stack = LocalStack(group, *settings).start()
     d = LocalDriver(group, LOCAL_DEPLOYMENTS["colocated"],
@@ -35,6 +40,11 @@ def test_colocated_trains_on_slots_of_one_process_per_role(tmp_path):
         assert all(m["tokens"] > 0 and m["batch_tokens"] > 0 for m in res.steps)
         ups = {s["up_role"] for s in res.shifts}
         assert {"rollout", "reward", "training"} <= ups
+        # rollout ran as one replica on both slots, reward as a replica per slot
+        ro = [s["up"] for s in res.shifts if s["up_role"] == "rollout"]
+        assert ro and all(u["devices"] == [0, 1] for up in ro for u in up)
+        rm = [u["devices"] for s in res.shifts if s["up_role"] == "reward" for u in s["up"]]
+        assert rm and all(len(x) == 1 for x in rm)
         # training ran on both slots' trainer processes: one FSDP2 group of 2
         assert all(m["trainer/world_size"] == 2 for m in res.steps)
         # each engine lives in its own process for the whole run: none restarted
@@ -46,6 +56,8 @@ def test_colocated_trains_on_slots_of_one_process_per_role(tmp_path):
             assert by_role == dict(zip((r.value for r in ctl.keys), before[x]))
             assert set(info["contexts"]) == {Role.ROLLOUT.value, Role.REWARD.value,
                                              Role.TRAINING.value}
+            assert info["contexts"]["rollout"]["tp_rank"] == x
+            assert info["contexts"]["reward"]["tp_rank"] is None
     finally:
         d.close()
         stack.close()

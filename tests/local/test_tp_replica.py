@@ -52,7 +52,7 @@ def tp_mesh(tiny_model):
     factories = {
         Role.ROLLOUT: GeneratorFactory(Role.ROLLOUT, EngineConfig(
             tiny_model, cache_dir=CACHE, num_blocks=64, max_num_seqs=8,
-            tensor_parallel_size=2), source, 2, tp_port=free_port()),
+            tensor_parallel_size=2), source, 2, tp_ports=(free_port(),)),
         Role.REWARD: GeneratorFactory(Role.REWARD, cfg, source, 2),
     }
     ctl = MeshController.local(2, source, factories, proc_per_role=True,
