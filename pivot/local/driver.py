@@ -211,6 +211,11 @@ class LocalDriver:
         # built here, not at run time: its checks (and those against this group's slots)
         # fail before any engine starts
         self.planner = deployment.planner(self.tm, self.judge_tm)
+        tp = max(self.replica_devices.values())
+        check(tp == 1 or getattr(self.planner, "aligned_blocks", True),
+              "PivotPlanner.aligned_blocks", False,
+              f"replicas of {tp} devices are TP engines fixed to aligned blocks of slots at "
+              f"start: bind PivotPlanner.aligned_blocks = True")
         if hasattr(self.planner, "check_fits"):
             self.planner.check_fits(group.devices, {r: pool for r in INFERENCE_ROLES},
                                     f"{pool} slots of LocalGroup.devices={group.devices}")
