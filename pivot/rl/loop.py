@@ -204,15 +204,18 @@ class RLLoop:
             step = self.wf.version
             groups = self.wf.take_batch()
             lag = max(step - t.start_version for g in groups for t in g.trajectories)
+            # training's devices stay busy until its Write is published: a planner (or
+            # the idle-training release) that took them mid-Write would shift the
+            # writer's ranks down under it
             self.control.set_busy(True)
             try:
                 tm = await asyncio.to_thread(self.trainer.train, groups, step)
+                version = self.wf.trained()
+                t_pub = self.clock()
+                # on the loop's thread (awaiting its slot calls): it touches the schedulers
+                pm = await settle(self.trainer.publish(version))
             finally:
                 self.control.set_busy(False)
-            version = self.wf.trained()
-            t_pub = self.clock()
-            # on the loop's thread (awaiting its slot calls): it touches the schedulers
-            pm = await settle(self.trainer.publish(version))
             now = self.clock()
             pm["loop/publish_s"] = now - t_pub
             pm["loop/checkpoint_s"] = self._ckpt_s   # the previous step's (taken + written)

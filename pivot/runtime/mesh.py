@@ -105,6 +105,7 @@ class MeshController:
         self._gen = [[0] * len(self.keys) for _ in range(n)]
         self._prefix = f"c{next(_NEXT_ID)}slot"
         self._active: list[int] = [0] * n  # which proc of a device holds its active role
+        self._writing: set[int] = set()     # devices whose training replica is Writing
         self.slots = [[self._spawn(d, k) for k in range(len(self.keys))] for d in range(n)]
         """The slot actors: ``slots[d][k]`` holds ``keys[k]`` on device d."""
         self.describe_all()  # waits for every constructor, so spawn time is measured whole
@@ -170,9 +171,18 @@ class MeshController:
     def start_shift_down(self, role: Role, replica_id: str,
                          devices: tuple[int, ...]) -> "_PendingShift":
         """Starts the shift down on every device of the replica; ``.get()`` waits."""
+        self._check_not_writing(f"shift down {role.value} replica {replica_id}", devices)
         futs = [self.actor(d, role).shift_down.call_one(role, replica_id) for d in devices]
         return _PendingShift(futs, self.timeout,
                              lambda rs: ShiftResult(_slowest(rs)))
+
+    def _check_not_writing(self, what: str, devices: tuple[int, ...]) -> None:
+        busy = sorted(self._writing.intersection(devices))
+        if busy:
+            raise StateError(f"{what} on devices "
+                             f"{list(devices)}: the training replica's GPS Write on {busy} "
+                             f"is in flight; shift them after it returns (RLLoop keeps "
+                             f"training busy until its weights are published)")
 
     def start_shift_up(self, role: Role, replica_id: str,
                        devices: tuple[int, ...]) -> "_PendingShift":
@@ -184,6 +194,7 @@ class MeshController:
                              f"{list(devices)}: its engines are tensor-parallel blocks of {k} "
                              f"aligned devices, fixed at start; use a block [b*{k}, b*{k}+{k})"
                              f" (PivotPlanner.aligned_blocks)")
+        self._check_not_writing(f"shift up {role.value} replica {replica_id}", devices)
         layout = self.layouts(role, devices) if self.layouts is not None else None
         for d in devices:
             self._active[d] = self._key(d, role)
@@ -397,46 +408,62 @@ class _PendingWrite:
         self.ctl, self.devices, self.layout = ctl, devices, layout
         self.t0 = time.perf_counter()
         self.ticket = None
+        ctl._check_not_writing("a second training Write", devices)
+        # the training procs, fixed now: the Write's calls go to them however late its
+        # thread runs, and the controller refuses shifts of these devices until it ends
+        self.actors = [ctl.actor(d, Role.TRAINING) for d in devices]
+        ctl._writing.update(devices)
         if layout is None:   # every slot gathers (collective); rank 0 Writes
-            self.futs = [ctl.write_back_start(d) for d in devices]
+            self.futs = [_Pending(a.write_back.call_one(), ctl.timeout)
+                         for a in self.actors]
 
     def _begin(self) -> list:
         model = MODEL_OF_ROLE[Role.TRAINING]
         self.ticket = self.ctl.source.begin_write(model, self.devices, self.layout)
-        return [self.ctl._holder(d).write_part.call_one(self.ticket) for d in self.devices]
+        return [a.write_part.call_one(self.ticket) for a in self.actors]
+
+    def _done(self) -> None:
+        self.ctl._writing.difference_update(self.devices)
 
     def _abort(self, e: BaseException) -> None:
         if self.ticket is not None:
             self.ctl.source.abort_write(self.ticket, e)
 
     def get(self) -> float:
-        if self.layout is None:
-            for p in self.futs:
-                p.get()
-            return time.perf_counter() - self.t0
-        futs = self._begin()
         try:
-            parts = [f.get(timeout=self.ctl.timeout) for f in futs]
-        except BaseException as e:
-            self._abort(e)
-            raise
-        self.ctl.source.finish_write(self.ticket, parts)
-        return time.perf_counter() - self.t0
+            if self.layout is None:
+                for p in self.futs:
+                    p.get()
+                return time.perf_counter() - self.t0
+            futs = self._begin()
+            try:
+                parts = [f.get(timeout=self.ctl.timeout) for f in futs]
+            except BaseException as e:
+                self._abort(e)
+                raise
+            self.ctl.source.finish_write(self.ticket, parts)
+            return time.perf_counter() - self.t0
+        finally:
+            self._done()
 
     async def wait(self) -> float:
         """``get`` for a caller on an asyncio loop (the loop keeps running)."""
-        if self.layout is None:
-            for p in self.futs:
-                await p.wait()
-            return time.perf_counter() - self.t0
-        futs = await asyncio.to_thread(self._begin)
         try:
-            parts = [await asyncio.wait_for(_awaitable(f), self.ctl.timeout) for f in futs]
-        except BaseException as e:
-            await asyncio.to_thread(self._abort, e)
-            raise
-        await asyncio.to_thread(self.ctl.source.finish_write, self.ticket, parts)
-        return time.perf_counter() - self.t0
+            if self.layout is None:
+                for p in self.futs:
+                    await p.wait()
+                return time.perf_counter() - self.t0
+            futs = await asyncio.to_thread(self._begin)
+            try:
+                parts = [await asyncio.wait_for(_awaitable(f), self.ctl.timeout)
+                         for f in futs]
+            except BaseException as e:
+                await asyncio.to_thread(self._abort, e)
+                raise
+            await asyncio.to_thread(self.ctl.source.finish_write, self.ticket, parts)
+            return time.perf_counter() - self.t0
+        finally:
+            self._done()
 
 
 async def _awaitable(fut: Any) -> Any:

@@ -115,12 +115,13 @@ class FakeTrainer:
 class FakeControl:
     def __init__(self):
         self.ticks = 0
+        self.busy = False
 
     def tick(self, status):
         self.ticks += 1
 
     def set_busy(self, busy):
-        pass
+        self.busy = busy
 
     def allocation(self):
         return {"rollout": 2, "reward": 1, "training": 1}

@@ -100,3 +100,15 @@ def test_each_step_counts_the_tokens_of_the_batch_it_trained_on():
     assert [m["trained_tokens"] for m in hist] == [sum(per_step[:i + 1]) for i in range(5)]
     # work finished ahead for later batches is in ``tokens`` but not yet trained
     assert all(m["tokens"] >= m["trained_tokens"] for m in hist)
+
+
+def test_training_stays_busy_until_its_weights_are_published():
+    # a planner sees idle training devices only after the Write: one taken mid-Write
+    # once shifted the writer's ranks down under it
+    wf, tr, loop = make(3)
+    seen = []
+    publish = tr.publish
+    tr.publish = lambda v: (seen.append(loop.control.busy), publish(v))[1]
+    loop.run()
+    assert seen == [True] * 3
+    assert loop.control.busy is False

@@ -62,6 +62,11 @@ def test_shifts_and_calls_go_to_the_active_roles_process(role_mesh, models):
     losses = [m.invoke(d, "train_step", seed=3) for d in (0, 1)]
     assert all(isinstance(x, float) for x in losses)
     m.write_back(0)
+    # a shift of a Writing replica's devices is refused until the Write returns
+    w = m.write_back_replica((0,))
+    with pytest.raises(StateError, match=r"Write on \[0\] is in flight"):
+        m.start_shift_down(Role.TRAINING, "tr-0", (0, 1))
+    w.get()
     trained = m.tensors(0, Role.TRAINING, "weights")
     assert any(not torch.equal(trained[k], models[POLICY][k]) for k in trained)
     sh.shift_down("tr-0")
