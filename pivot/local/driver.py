@@ -194,7 +194,8 @@ class LocalDriver:
               f"training holds {self.train_needed} of LocalGroup.devices={group.devices} slots "
               f"from the start (Deployment.training_home), leaving none for inference; lower "
               f"it (or LocalGroup.training_devices)")
-        ro = pool - rm if ro == -1 else ro
+        if ro == -1:   # the rest, in whole replicas: a remainder starts idle
+            ro = (pool - rm) // group.policy_replica_devices * group.policy_replica_devices
         check(0 <= ro and 0 <= rm and ro + rm <= pool,
               f"Deployment {deployment.name!r}: rollout_devices, reward_devices", (ro, rm),
               f"together at most {pool} (LocalGroup.devices={group.devices}"
@@ -212,10 +213,11 @@ class LocalDriver:
         # fail before any engine starts
         self.planner = deployment.planner(self.tm, self.judge_tm)
         tp = max(self.replica_devices.values())
-        check(tp == 1 or getattr(self.planner, "aligned_blocks", True),
-              "PivotPlanner.aligned_blocks", False,
+        name = type(self.planner).__name__
+        check(tp == 1 or not self.planner.places_replicas or self.planner.aligned_blocks,
+              f"{name}.aligned_blocks", False,
               f"replicas of {tp} devices are TP engines fixed to aligned blocks of slots at "
-              f"start: bind PivotPlanner.aligned_blocks = True")
+              f"start: bind {name}.aligned_blocks = True")
         if hasattr(self.planner, "check_fits"):
             self.planner.check_fits(group.devices, {r: pool for r in INFERENCE_ROLES},
                                     f"{pool} slots of LocalGroup.devices={group.devices}")

@@ -6,7 +6,9 @@ from __future__ import annotations
 import abc
 
 from pivot.errors import StateError
+from pivot.planner.blocks import free_blocks
 from pivot.planner.plan import ShiftDown, ShiftPlan
+from pivot.planner.shift_pairs import _host_groups, devices_per_host
 from pivot.scheduler.throughput import ThroughputModel
 from pivot.types import INFERENCE_ROLES, Role, WorkloadSnapshot
 
@@ -25,8 +27,25 @@ class Planner(abc.ABC):
     (the simulator's tick, ``pivot.sim.engine.SimCluster.sync_all``), and the check
     skips summing them."""
 
+    aligned_blocks = False
+    """Whether every inference replica this planner places sits on an aligned block of one
+    host (``pivot.planner.blocks``, issue 15 item 2): on wherever a replica's TP/EP groups
+    are fixed when its engine starts. Each planner takes it as a constructor argument."""
+
+    places_replicas = True
+    """False for a planner that never places an inference replica (the driver's
+    provisioning does), so ``aligned_blocks`` means nothing to it."""
+
     def __init__(self, rollout_model: ThroughputModel, reward_model: ThroughputModel) -> None:
         self.models = {Role.ROLLOUT: rollout_model, Role.REWARD: reward_model}
+
+    def cut(self, snap: WorkloadSnapshot, devices, size: int) -> list[tuple[int, ...]]:
+        """Freed ``devices`` cut into replicas of ``size``: the aligned blocks they hold
+        whole under ``aligned_blocks``, else consecutive groups within one host where a
+        replica fits one."""
+        if self.aligned_blocks:
+            return free_blocks(snap.device_host, size, devices)
+        return _host_groups(list(devices), snap.device_host, size, devices_per_host(snap))
 
     def plan(self, snap: WorkloadSnapshot) -> ShiftPlan | None:
         """Validates the snapshot (raising StateError, never repairing), then plans."""

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import gin
 
-from pivot.config.validation import check, check_range
+from pivot.config.validation import check, check_bool, check_range
 from pivot.planner.base import Planner
 from pivot.planner.plan import ShiftDown, ShiftPlan
-from pivot.planner.shift_pairs import _host_groups, devices_per_host
 from pivot.scheduler.throughput import ThroughputModel
 from pivot.types import INFERENCE_ROLES, Role, RoleLoad, WorkloadSnapshot
 
@@ -26,6 +25,7 @@ class NoShiftPlanner(Planner):
     """Never shifts: each role keeps the devices it started with."""
 
     reads_lengths = False
+    places_replicas = False
 
     def __init__(self, rollout_model: ThroughputModel | None = None,
                  reward_model: ThroughputModel | None = None) -> None:
@@ -39,11 +39,14 @@ class NoShiftPlanner(Planner):
 class StaticPlanner(Planner):
     """Args:
         home_devices: training's own devices; they are lent out and taken back.
+        aligned_blocks: lend whole aligned blocks of a host (``Planner.aligned_blocks``).
     """
 
     def __init__(self, rollout_model: ThroughputModel, reward_model: ThroughputModel,
-                 home_devices: tuple[int, ...] = ()) -> None:
+                 home_devices: tuple[int, ...] = (), aligned_blocks: bool = False) -> None:
         super().__init__(rollout_model, reward_model)
+        check_bool("StaticPlanner.aligned_blocks", aligned_blocks)
+        self.aligned_blocks = aligned_blocks
         check(isinstance(home_devices, (tuple, list)) and all(
             isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in home_devices)
               and len(set(home_devices)) == len(home_devices), "StaticPlanner.home_devices",
@@ -79,10 +82,9 @@ class StaticPlanner(Planner):
         lent = {role: sum(len(r.devices) for r in snap.role_load(role).replicas
                           if home.intersection(r.devices)) for role in INFERENCE_ROLES}
         order = sorted(INFERENCE_ROLES, key=lambda r: (lent[r], r is Role.REWARD))
-        per_host = devices_per_host(snap)
         for role in order:
             load = snap.role_load(role)
-            groups = _host_groups(idle, snap.device_host, load.replica_devices, per_host)
+            groups = self.cut(snap, idle, load.replica_devices)
             if groups and len(load.replicas) < load.max_replicas:
                 g = groups[0]
                 return ShiftPlan(role, (ShiftDown(None, None, g),), (g,),
@@ -104,11 +106,15 @@ def kv_utilisation(load: RoleLoad) -> float:
 class RuleBasedPlanner(Planner):
     """Args:
         up / down: KV utilisation thresholds (sec. 8.4: 0.8 and 0.1).
+        aligned_blocks: place replicas on aligned blocks of a host
+            (``Planner.aligned_blocks``).
     """
 
     def __init__(self, rollout_model: ThroughputModel, reward_model: ThroughputModel,
-                 up: float = 0.8, down: float = 0.1) -> None:
+                 up: float = 0.8, down: float = 0.1, aligned_blocks: bool = False) -> None:
         super().__init__(rollout_model, reward_model)
+        check_bool("RuleBasedPlanner.aligned_blocks", aligned_blocks)
+        self.aligned_blocks = aligned_blocks
         check_range("RuleBasedPlanner.up", up, 0, open_lo=True, why="KV utilisation")
         check_range("RuleBasedPlanner.down", down, 0, why="KV utilisation")
         check(down < up, "RuleBasedPlanner.down", down,
@@ -119,7 +125,6 @@ class RuleBasedPlanner(Planner):
         if snap.training.batch_ready and not snap.training.devices:
             return self.training_up(snap)
         util = {r: kv_utilisation(snap.role_load(r)) for r in INFERENCE_ROLES}
-        per_host = devices_per_host(snap)
         tr = snap.training
         spare_training = tr.devices if tr.devices and not tr.busy else ()
         for role in sorted(INFERENCE_ROLES, key=lambda r: -util[r]):
@@ -127,21 +132,18 @@ class RuleBasedPlanner(Planner):
             if util[role] <= self.up or len(load.replicas) >= load.max_replicas:
                 continue
             other = Role.REWARD if role is Role.ROLLOUT else Role.ROLLOUT
-            free = list(snap.idle_devices)
-            groups = _host_groups(free, snap.device_host, load.replica_devices, per_host)
+            groups = self.cut(snap, snap.idle_devices, load.replica_devices)
             if groups:
                 return ShiftPlan(role, (ShiftDown(None, None, groups[0]),), (groups[0],),
                                  reason=f"rule: {role.value} KV {util[role]:.2f} > {self.up}")
             if spare_training:
-                groups = _host_groups(list(spare_training), snap.device_host,
-                                      load.replica_devices, per_host)
+                groups = self.cut(snap, spare_training, load.replica_devices)
                 if groups:
                     return ShiftPlan(role, (ShiftDown(Role.TRAINING, None, spare_training),),
                                      tuple(groups), reason="rule: idle training lends")
             if util[other] < self.down and snap.role_load(other).replicas:
                 victim = min(snap.role_load(other).replicas, key=lambda r: r.num_tokens)
-                groups = _host_groups(list(victim.devices), snap.device_host,
-                                      load.replica_devices, per_host)
+                groups = self.cut(snap, victim.devices, load.replica_devices)
                 if groups:
                     return ShiftPlan(role, (ShiftDown(other, victim.replica_id,
                                                       victim.devices),), tuple(groups),

@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 import gin
 
+from pivot.config.validation import check_bool
 from pivot.planner.base import Planner
 from pivot.planner.plan import ShiftDown, ShiftPlan
-from pivot.planner.shift_pairs import _host_groups, devices_per_host
 from pivot.types import INFERENCE_ROLES, Role, WorkloadSnapshot
 
 
@@ -23,8 +23,13 @@ class _PhasedPlanner(Planner):
     include_training = False
     reads_lengths = False  # counts, devices and training's state only
 
-    def __init__(self, rollout_model=None, reward_model=None) -> None:
+    def __init__(self, rollout_model=None, reward_model=None,
+                 aligned_blocks: bool = False) -> None:
+        """``aligned_blocks``: each turn's replicas on aligned blocks of a host
+        (``Planner.aligned_blocks``)."""
         self.models = {Role.ROLLOUT: rollout_model, Role.REWARD: reward_model}
+        check_bool(f"{type(self).__name__}.aligned_blocks", aligned_blocks)
+        self.aligned_blocks = aligned_blocks
         self.rollout_done: Callable[[], bool] = lambda: False
         self.last_timings: dict[str, float] = {}
 
@@ -50,8 +55,7 @@ class _PhasedPlanner(Planner):
                 return None
             return ShiftPlan(Role.TRAINING, tuple(down), (tuple(freed[:need]),),
                              reason="phase: training")
-        groups = _host_groups(freed, snap.device_host, snap.role_load(up).replica_devices,
-                              devices_per_host(snap))
+        groups = self.cut(snap, freed, snap.role_load(up).replica_devices)
         if not groups:
             return None
         return ShiftPlan(up, tuple(down), tuple(groups), reason=f"phase: {up.value}")

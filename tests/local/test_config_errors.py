@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,24 @@ def test_a_tp_replica_needs_a_process_per_role_and_whole_replicas():
     # a split of 1 rollout slot does not make a replica of 2
     with pytest.raises(ConfigError, match="rollout_devices=1.*multiple of 2"):
         LocalDriver(group, split_deployment("disaggregated_1_2_1"), PromptStream())
+
+
+def test_every_planner_that_places_tp_replicas_must_place_them_on_aligned_blocks():
+    from functools import partial
+
+    from pivot.local.deployments import split_deployment
+    from pivot.local.driver import LocalDriver
+    from pivot.runtime.backend import Backend
+    from pivot.sim.phased import RolloutRewardColocatedPlanner
+
+    group = LocalGroup(policy_replica_devices=2, backend=Backend("cpu", proc_per_role=True))
+    rr = split_deployment("rr_colocated_2")
+    with pytest.raises(ConfigError, match="bind RolloutRewardColocatedPlanner.aligned_blocks"):
+        LocalDriver(group, rr, PromptStream())
+    aligned = partial(RolloutRewardColocatedPlanner, aligned_blocks=True)
+    assert LocalDriver(group, replace(rr, planner=aligned), PromptStream()).planner.aligned_blocks
+    # a static split places no replica after provisioning (which takes aligned blocks)
+    LocalDriver(group, split_deployment("disaggregated_2_1_1"), PromptStream())
 
 
 def test_provisioning_takes_aligned_blocks_of_free_slots():

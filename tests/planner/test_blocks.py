@@ -9,10 +9,13 @@ from hypothesis import given, settings, strategies as st
 
 from pivot.errors import ConfigError, StateError
 from pivot.planner import PivotPlanner
+from pivot.planner.plan import ShiftDown
 from pivot.planner.blocks import (aligned_blocks, check_blocks_fit, free_blocks, host_slots,
                                   is_aligned, misaligned)
 from pivot.planner.shift_pairs import prepare_aligned_shift_pairs, prepare_shift_pairs
+from pivot.planner.strategies import RuleBasedPlanner, StaticPlanner
 from pivot.shifting.device_map import DeviceMap
+from pivot.sim.phased import ColocatedPlanner, RolloutRewardColocatedPlanner
 from pivot.testing.layouts import random_snapshot
 from pivot.testing.planner import MODEL, fill
 from pivot.types import ReplicaView, Role, RoleLoad, TrainingLoad, WorkloadSnapshot
@@ -240,3 +243,37 @@ def test_the_option_refuses_a_replica_that_fits_no_host():
     snap.rollout.replica_devices = 16
     with pytest.raises(ConfigError, match="rollout replica needs 16 devices"):
         PivotPlanner(MODEL, MODEL, aligned_blocks=True).plan(snap)
+
+
+# ---- the baselines with the option --------------------------------------------------
+BASELINES = {"colocated": ColocatedPlanner, "rr_colocated": RolloutRewardColocatedPlanner,
+             "static": StaticPlanner, "rule_based": RuleBasedPlanner}
+
+
+@settings(max_examples=300, deadline=None)
+@given(rng=st.randoms(use_true_random=False), name=st.sampled_from(sorted(BASELINES)),
+       rollout_done=st.booleans())
+def test_every_baseline_with_the_option_places_replicas_on_aligned_blocks(rng, name,
+                                                                         rollout_done):
+    snap = random_snapshot(rng)
+    planner = BASELINES[name](MODEL, MODEL, aligned_blocks=True)
+    if hasattr(planner, "bind"):
+        planner.bind(lambda: rollout_done)
+    try:
+        plan = planner.plan(snap)
+    except StateError:      # training needs more devices than are alive
+        return
+    if plan is not None:
+        check_aligned_plan(snap, plan)
+
+
+def test_rr_colocated_beside_training_takes_the_aligned_block_of_what_it_frees():
+    # one host of 4; training holds slot 0, so rollout's turn frees 1, 2, 3: replicas of 2
+    # cut from the freed list start at 1 (unaligned), an aligned block is (2, 3)
+    snap = WorkloadSnapshot(0.0, RoleLoad(Role.ROLLOUT, [], [(0, 10), (1, 10)], 2, 1000, 2),
+                            RoleLoad(Role.REWARD, [], [], 1, 1000, 4),
+                            TrainingLoad(1, (0,)), (0, 0, 0, 0), idle_devices=(1, 2, 3))
+    off = RolloutRewardColocatedPlanner(MODEL, MODEL).plan(snap)
+    assert off.up_devices == ((1, 2),)
+    on = RolloutRewardColocatedPlanner(MODEL, MODEL, aligned_blocks=True).plan(snap)
+    assert on.up_devices == ((2, 3),) and on.down == (ShiftDown(None, None, (1, 2, 3)),)
