@@ -336,18 +336,7 @@ def rendezvous_ports(devices: int, cfg: EngineConfig) -> tuple[int, ...]:
     """A free TCP port of this machine for each TP block of ``cfg``'s engines (none at
     TP 1). On a cluster every block's rank 0 is on its own host, where the same port is
     taken to be free too."""
-    import socket
+    from pivot.runtime.ports import free_ports
 
     k = cfg.tensor_parallel_size
-    if k == 1:
-        return ()
-    socks = []
-    try:
-        for _ in range(devices // k):   # held open together, so the ports differ
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return tuple(s.getsockname()[1] for s in socks)
-    finally:
-        for s in socks:
-            s.close()
+    return free_ports(devices // k) if k > 1 else ()

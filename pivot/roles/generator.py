@@ -98,7 +98,9 @@ class GeneratorContext:
 
     @property
     def kv_capacity(self) -> int:
-        st = self.loop.call(lambda e: e.stats())
+        # a follower answers without its engine's lock (held while it applies rank 0's
+        # stream), from what its shifts asked for
+        st = None if self.is_follower else self.loop.call(lambda e: e.stats())
         return self.cfg.kv_capacity if self._kv_allocated(st) else 0
 
     def describe(self) -> dict[str, Any]:

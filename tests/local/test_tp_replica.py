@@ -4,7 +4,6 @@ replica of the policy. Only the replica's first device is driven; rank 0 mirrors
 engine call, shift steps included, to rank 1 (``pivot.roles.engine.mirror``). Its greedy
 tokens equal a TP=1 engine's across sleep/wake cycles and an abort mid-run."""
 
-import socket
 import time
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from pivot.roles.engine.config import EngineConfig
 from pivot.roles.engine.requests import GenRequest, SampleSpec
 from pivot.runtime.gps_source import GPSParameterSource
 from pivot.runtime.mesh import MeshController
+from pivot.runtime.ports import free_ports
 from pivot.runtime.provision import spawn_host_service
 from pivot.types import GENRM, POLICY, Role
 
@@ -27,12 +27,6 @@ pytestmark = [pytest.mark.engine, pytest.mark.monarch, pytest.mark.slow]
 
 CACHE = str(Path(__file__).resolve().parents[2] / "cache")
 PROMPTS = [[1, 5 + 7 * i, 17 + i, 42 + 3 * i, 9] for i in range(4)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +46,7 @@ def tp_mesh(tiny_model):
     factories = {
         Role.ROLLOUT: GeneratorFactory(Role.ROLLOUT, EngineConfig(
             tiny_model, cache_dir=CACHE, num_blocks=64, max_num_seqs=8,
-            tensor_parallel_size=2), source, 2, tp_ports=(free_port(),)),
+            tensor_parallel_size=2), source, 2, tp_ports=free_ports(1)),
         Role.REWARD: GeneratorFactory(Role.REWARD, cfg, source, 2),
     }
     ctl = MeshController.local(2, source, factories, proc_per_role=True,

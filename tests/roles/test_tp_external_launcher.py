@@ -5,7 +5,6 @@ for request (``pivot.roles.engine.tp``, ``pivot.roles.engine.tp_actor``)."""
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -14,17 +13,12 @@ import pytest
 
 from pivot.errors import ConfigError
 from pivot.roles.engine.tp import StepDecision, check_tp_size, demo_script, torchrun_env
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from pivot.runtime.ports import free_ports
 
 
 def run_ranks(args: list[str], world_size: int, timeout: float) -> None:
     """Starts ``python args...`` once per rank with torchrun's variables and waits."""
-    port = free_port()
+    port = free_ports(1)[0]
     procs = []
     for rank in range(world_size):
         env = dict(os.environ, **torchrun_env(rank, world_size, "127.0.0.1", port))

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from pivot.errors import PivotError, StateError
+from pivot.roles.engine.tp import broadcast_from
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -48,14 +49,6 @@ def replica_group():
     return dist.new_group(backend="gloo", timeout=GROUP_TIMEOUT)
 
 
-def _send(group, msg: tuple[str, tuple] | None) -> tuple[str, tuple]:
-    import torch.distributed as dist
-
-    box = [msg]
-    dist.broadcast_object_list(box, src=dist.get_global_rank(group, 0), group=group)
-    return box[0]
-
-
 class MirroredEngine:
     """Rank 0's engine: the calls in ``MIRRORED`` go to every rank first; the rest
     (``live``, ``stats``, ``memory`` ...) read rank 0's engine."""
@@ -68,7 +61,7 @@ class MirroredEngine:
         attr = getattr(self.engine, name)
         if name in MIRRORED:
             def call(*args: Any) -> Any:
-                _send(self.group, (name, args))
+                broadcast_from((name, args), self.group)
                 self.sent += 1
                 return attr(*args)
             return call
@@ -76,7 +69,7 @@ class MirroredEngine:
 
     def close(self) -> None:
         """Ends the followers' loops."""
-        _send(self.group, (_STOP, ()))
+        broadcast_from((_STOP, ()), self.group)
 
 
 class FollowerLoop:
@@ -97,7 +90,7 @@ class FollowerLoop:
 
     def _run(self) -> None:
         while True:
-            op, args = _send(self.group, None)
+            op, args = broadcast_from(None, self.group)
             if op == _STOP:
                 return
             with self.lock:

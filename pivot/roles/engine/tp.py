@@ -26,6 +26,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pivot.errors import ConfigError
 
@@ -89,6 +90,17 @@ class StepDecision:
     stop: bool = False
 
 
+def broadcast_from(obj: Any, group=None, src: int = 0) -> Any:
+    """Rank ``src`` of ``group`` (None: the default group) sends ``obj``, a picklable
+    object; every rank returns it (the others' ``obj`` is ignored)."""
+    import torch.distributed as dist
+
+    box = [obj if dist.get_rank(group) == src else None]
+    dist.broadcast_object_list(box, src=src if group is None
+                               else dist.get_global_rank(group, src), group=group)
+    return box[0]
+
+
 def broadcast_decision(decision: StepDecision | None, src: int = 0,
                        group=None) -> StepDecision:
     """Rank ``src`` passes its decision, the others None; all return rank ``src``'s.
@@ -99,9 +111,7 @@ def broadcast_decision(decision: StepDecision | None, src: int = 0,
         if decision is None:
             raise ConfigError("broadcast_decision: no process group and no decision")
         return decision
-    box = [decision if dist.get_rank(group) == src else None]
-    dist.broadcast_object_list(box, src=src, group=group)
-    return box[0]
+    return broadcast_from(decision, group, src)
 
 
 def build_engine(model_dir: str | Path, tp: int, *, num_blocks: int = 64,
