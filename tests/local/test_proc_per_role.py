@@ -6,6 +6,9 @@ The policy's replica is tensor-parallel over both slots (TP=2 through vLLM's
 ``external_launcher``, rank 0 mirroring its engine calls to rank 1); the GenRM's replicas
 are one slot each."""
 
+from dataclasses import replace
+from functools import partial
+
 import pytest
 
 from pivot.config.validation import default_of
@@ -15,6 +18,7 @@ from pivot.local.group import LocalGroup
 from pivot.local.stack import LocalStack
 from pivot.rl.data import PromptStream
 from pivot.runtime.backend import Backend
+from pivot.sim.phased import ColocatedPlanner
 from pivot.types import Role
 
 pytestmark = [pytest.mark.engine, pytest.mark.monarch, pytest.mark.slow]
@@ -27,11 +31,13 @@ def test_colocated_trains_with_a_tp2_policy_replica_on_slots_of_one_process_per_
     group = LocalGroup(**GROUP, devices=2, backend=Backend("cpu", proc_per_role=True),
                        policy_replica_devices=2)
     settings = [default_of(LocalDriver, k) for k in ("seed", "lr", "cpu_share")]
-    stack = LocalStack(group, *settings).start()
-    d = LocalDriver(group, LOCAL_DEPLOYMENTS["colocated"],
-                    PromptStream(prompts_per_step=2, num_val=4), steps=2,
-                    run_dir=str(tmp_path), eval_every=-1, stack=stack)
+    # the TP replica is fixed to its block: every turn places it there (aligned_blocks)
+    colocated = replace(LOCAL_DEPLOYMENTS["colocated"],
+                        planner=partial(ColocatedPlanner, aligned_blocks=True))
+    stack, d = LocalStack(group, *settings).start(), None
     try:
+        d = LocalDriver(group, colocated, PromptStream(prompts_per_step=2, num_val=4),
+                        steps=2, run_dir=str(tmp_path), eval_every=-1, stack=stack)
         ctl = stack.ctl
         before = [ctl.describe(x)["pids"] for x in range(2)]
         assert all(len(set(p)) == 3 for p in before)
@@ -59,5 +65,6 @@ def test_colocated_trains_with_a_tp2_policy_replica_on_slots_of_one_process_per_
             assert info["contexts"]["rollout"]["tp_rank"] == x
             assert info["contexts"]["reward"]["tp_rank"] is None
     finally:
-        d.close()
+        if d is not None:
+            d.close()
         stack.close()
