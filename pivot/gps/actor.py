@@ -36,6 +36,14 @@ class GPSActor(Actor):
         return self._nixl[1]
 
     @endpoint
+    def free_ports(self, n: int) -> tuple[int, ...]:
+        """``n`` distinct TCP ports free on this host now: the one actor on every host
+        also answers for the rendezvous of the TP blocks the host holds
+        (``pivot.local.contexts.rendezvous_ports``)."""
+        from pivot.runtime.ports import free_ports
+        return free_ports(n)
+
+    @endpoint
     def checksums(self, model: str, version: int, items: list) -> list[int]:
         return self.store.checksums(model, version, items)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -332,11 +332,23 @@ class GeneratorFactory:
         return SlotGeneratorContext(self.role, cfg, self.source, device)
 
 
-def rendezvous_ports(devices: int, cfg: EngineConfig) -> tuple[int, ...]:
-    """A free TCP port of this machine for each TP block of ``cfg``'s engines (none at
-    TP 1). On a cluster every block's rank 0 is on its own host, where the same port is
-    taken to be free too."""
-    from pivot.runtime.ports import free_ports
+def rendezvous_ports(tp: Mapping[str, int], device_host: Sequence[int],
+                     free_on_host: Callable[[int, int], Sequence[int]]
+                     ) -> dict[str, tuple[int, ...]]:
+    """A rendezvous port for every TP block of every model: ``{model: ports[block]}``
+    (none at TP 1). A block never spans hosts, so its ranks meet on its own host: each
+    host is asked once (``free_on_host(host, n)``, e.g. its GPS actor's ``free_ports``)
+    for the ports of all the blocks it holds, so two blocks of one host never share one.
 
-    k = cfg.tensor_parallel_size
-    return free_ports(devices // k) if k > 1 else ()
+    Args:
+        tp: each model's replica size; ``len(device_host)`` must be a multiple of it.
+        device_host: each device's host.
+    """
+    blocks = [(m, b, device_host[b * k]) for m, k in tp.items() if k > 1
+              for b in range(len(device_host) // k)]
+    hosts = sorted({h for _, _, h in blocks})
+    free = {h: list(free_on_host(h, sum(1 for *_, x in blocks if x == h))) for h in hosts}
+    out: dict[str, list[int]] = {m: [] for m in tp}
+    for m, _, h in blocks:
+        out[m].append(free[h].pop(0))
+    return {m: tuple(p) for m, p in out.items()}

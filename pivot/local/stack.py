@@ -140,9 +140,12 @@ class LocalStack:
         self.kv_capacity = min(self.kv_capacities.values())
         self.max_num_seqs = min(c.max_num_seqs for c in ecfg.values())
         cores = os.cpu_count() or 1
+        # each TP block's ranks meet on its host, at a port that host found free
+        ports = rendezvous_ports(tp, alloc.device_host,
+                                 lambda h, n: gps[h].free_ports.call_one(n).get())
         factories: dict[Role, Any] = {
             r: GeneratorFactory(r, ecfg[r], self.source, cores,
-                                tp_ports=rendezvous_ports(g.devices, ecfg[r]))
+                                tp_ports=ports[MODEL_OF_ROLE[r]])
             for r in INFERENCE_ROLES}
         factories[Role.TRAINING] = functools.partial(
             SlotTrainerContext, self.policy_dir, self.lr, self.max_model_len, self.seed,

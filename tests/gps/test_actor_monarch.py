@@ -72,3 +72,14 @@ def test_the_monarch_fallback_path_reads_the_same_bytes(gps):
 def test_an_unknown_version_fails_with_the_hosts_message(gps):
     with pytest.raises(StateError, match="no version 99"):
         gps.read("policy", (0,), ParallelLayout.create(M), version=99)
+
+
+def test_each_host_actor_finds_distinct_free_ports_on_its_host(gps):
+    import socket
+
+    for h in gps.hosts:   # the raw actor: free_ports is no storage op (HOST_OPS)
+        ports = h._actor.free_ports.call_one(3).get()
+        assert len(set(ports)) == 3
+        for p in ports:   # free on this machine (both hosts' procs run here)
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", p))
