@@ -195,14 +195,14 @@ class LocalDriver:
               f"from the start (Deployment.training_home), leaving none for inference; lower "
               f"it (or LocalGroup.training_devices)")
         if ro == -1:   # the rest, in whole replicas: a remainder starts idle
-            ro = (pool - rm) // group.policy_replica_devices * group.policy_replica_devices
+            k = group.replica_devices[Role.ROLLOUT]
+            ro = (pool - rm) // k * k
         check(0 <= ro and 0 <= rm and ro + rm <= pool,
               f"Deployment {deployment.name!r}: rollout_devices, reward_devices", (ro, rm),
               f"together at most {pool} (LocalGroup.devices={group.devices}"
               f"{f' less {self.train_needed} training slots' if deployment.training_home else ''})")
         self.split = (ro, rm)
-        self.replica_devices = {Role.ROLLOUT: group.policy_replica_devices,
-                                Role.REWARD: group.genrm_replica_devices}
+        self.replica_devices = group.replica_devices
         for (role, k), n, key in zip(self.replica_devices.items(), self.split,
                                      ("rollout_devices", "reward_devices")):
             check(n % k == 0, f"Deployment {deployment.name!r}: {key}", n,

@@ -21,6 +21,7 @@ from pivot.models import paths as model_paths
 from pivot.models.build import GENRM_MAX_NEW_TOKENS, POLICY_MAX_NEW_TOKENS
 from pivot.roles.engine.config import EngineConfig, check_model_dir
 from pivot.runtime.backend import Backend
+from pivot.types import Role
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,14 @@ class LocalGroup:
                      "a replica of several devices needs a process per role on each slot "
                      "(its engine's parallel group is per process): set "
                      "Backend.proc_per_role = True, or use 1")
+
+    @property
+    def replica_devices(self) -> dict[Role, int]:
+        """Devices of one replica of each inference role: its model's TP size, fixed when
+        its engines start (the driver's shapes, the stack's engines and the controller's
+        aligned-block check all read it here)."""
+        return {Role.ROLLOUT: self.policy_replica_devices,
+                Role.REWARD: self.genrm_replica_devices}
 
     def model_dirs(self) -> tuple[str, str]:
         """The two model folders, checked (or written at random when allowed)."""

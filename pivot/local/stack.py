@@ -99,9 +99,10 @@ class LocalStack:
         g.check()
         self.policy_dir, self.genrm_dir = g.model_dirs()
         from pivot.roles.engine.tp import check_tp_size
-        for d, k in ((self.policy_dir, g.policy_replica_devices),
-                     (self.genrm_dir, g.genrm_replica_devices)):
-            check_tp_size(d, k)   # before any process starts
+        # a model's replicas of k > 1 devices are TP blocks, their engines fixed at start
+        tp = {MODEL_OF_ROLE[r]: k for r, k in g.replica_devices.items()}
+        for m, d in ((POLICY, self.policy_dir), (GENRM, self.genrm_dir)):
+            check_tp_size(d, tp[m])   # before any process starts
         cache = str(Path("cache").resolve())
         ensure_client_tmpdir(Path(cache) / "tmp")  # Monarch's sockets (pivot.compat.monarch)
         # each model its own tokenizer: text crosses from rollout to reward, never ids
@@ -128,8 +129,6 @@ class LocalStack:
         self.source = GPSParameterSource(gps, metas, storage, alloc.device_host)
         self._load_initial()
         # one engine per model per slot, each configured from its own folder (sec. 5.2)
-        # a model's replicas of k > 1 devices are TP blocks, their engines fixed at start
-        tp = {POLICY: g.policy_replica_devices, GENRM: g.genrm_replica_devices}
         self.engine_configs = {
             m: EngineConfig(d, max_model_len=self.max_model_len, num_blocks=g.num_blocks,
                             cache_dir=cache, seed=self.seed, dtype=g.backend.dtype,
@@ -162,8 +161,7 @@ class LocalStack:
                                   slot_env=functools.partial(g.backend.slot_env,
                                                              per_host=per_host),
                                   proc_per_role=per_role,
-                                  replica_sizes={r: c.tensor_parallel_size
-                                                 for r, c in ecfg.items()})
+                                  replica_sizes=g.replica_devices)
         self.slots_up_s = time.perf_counter() - t
         log.info("%d device slots with %d engines up in %.1f s", g.devices,
                  g.devices * len(INFERENCE_ROLES), self.slots_up_s)
