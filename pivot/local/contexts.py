@@ -43,6 +43,41 @@ class SlotGeneratorContext(GeneratorContext):
     def __init__(self, role: Role, cfg: EngineConfig, source: Any = None, device: int = 0):
         super().__init__(role, cfg)
         self.source, self.device = source, device
+        self._read_version: int | None = None
+        self.follower_reads = 0
+        if self.is_follower and source is not None:
+            # rank 0's loads name a GPS version; this rank Reads it from its own host
+            self.loop.reader = self._read_ref
+
+    def _read_ref(self, ref: tuple[str, int]) -> dict[str, torch.Tensor]:
+        model, version = ref
+        state = self.source.read(model, (self.device,), version=version)[self.device]
+        self.follower_reads += 1
+        return state
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "follower_reads": self.follower_reads}
+
+    def read_parameters(self) -> dict[str, torch.Tensor]:
+        """The shift up's GPS Read of a full copy for this slot (``SlotActor.shift_up``).
+        A TP replica's rank 0 pins the version it Reads, and its load then names that
+        version to the other ranks, which Read it themselves; they Read nothing here."""
+        if self.is_follower:
+            return {}
+        if self.cfg.tensor_parallel_size == 1:
+            return self.source.read(self.model, (self.device,))[self.device]
+        version = self.source.latest(self.model)
+        state = self.source.read(self.model, (self.device,), version=version)[self.device]
+        self._read_version = version
+        return state
+
+    def load_parameters(self, state: Mapping[str, torch.Tensor]) -> None:
+        version, self._read_version = self._read_version, None
+        if version is None or self.is_follower:
+            return super().load_parameters(state)
+        ref = (self.model, version)
+        self.timings["load_weights"] = self.loop.call(lambda e: e.load_weights_at(state, ref))
+        self.holds_weights = True
 
     def submit(self, reqs: list[GenRequest]) -> list[str | None]:
         return self.loop.submit(reqs)
@@ -67,7 +102,7 @@ class SlotGeneratorContext(GeneratorContext):
         if self.is_follower:
             return {"gps_read_s": 0.0, "load_s": 0.0}
         t = time.perf_counter()
-        state = self.source.read(self.model, (self.device,))[self.device]
+        state = self.read_parameters()
         t_read = time.perf_counter() - t
         self.load_parameters(state)
         return {"gps_read_s": t_read, "load_s": self.timings["load_weights"]}

@@ -110,6 +110,8 @@ class GeneratorContext:
                             if self.cfg.tensor_parallel_size > 1 else None),
                 "mirrored_calls": (self.loop.applied if self.is_follower
                                    else getattr(self.loop.engine, "sent", None)),
+                # a follower's calls that failed here alone (rank 0's went through)
+                "follower_failed": list(self.loop.failed) if self.is_follower else [],
                 "weights_loaded": self.holds_weights and (self.is_follower
                                                           or st.weights_loaded),
                 "model": self.model, "engine_start_s": self.loop.engine.start_s,

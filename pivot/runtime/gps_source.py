@@ -63,10 +63,17 @@ class GPSParameterSource:
         return ParallelLayout.create(meta, dp=len(devices))
 
     def read(self, model: str, devices: tuple[int, ...], layout: Any = None,
-             only: Sequence[int] | None = None) -> dict[int, StateDict]:
-        """Read(M, G, P); ``only``: the devices of G to read for (a slot: itself)."""
+             only: Sequence[int] | None = None,
+             version: int | None = None) -> dict[int, StateDict]:
+        """Read(M, G, P); ``only``: the devices of G to read for (a slot: itself);
+        ``version``: that version (default: the latest)."""
         devices = tuple(devices)
-        return self.gps.read(model, devices, self.layout(model, devices, layout), only=only)
+        return self.gps.read(model, devices, self.layout(model, devices, layout), only=only,
+                             version=version)
+
+    def latest(self, model: str) -> int | None:
+        """The newest published version of ``model``."""
+        return self.gps.latest(model)
 
     def begin_write(self, model: str, devices: tuple[int, ...], layout: Any) -> Any:
         """A Write that several processes stage a part of (``GlobalParameterStorage``'s

@@ -103,8 +103,10 @@ class SlotActor(Actor):
                              f"{replica_id}, but it holds {self._holding()}; shift down first")
         ctx = self._context(role)
 
-        if getattr(ctx, "is_follower", False):
-            def read():   # a follower rank gets its weights in rank 0's mirrored load
+        if layout is None and hasattr(ctx, "read_parameters"):
+            read = ctx.read_parameters   # its own full copy (a TP replica: one version)
+        elif getattr(ctx, "is_follower", False):
+            def read():   # a follower rank Reads in rank 0's mirrored load
                 return {}
         elif layout is None:
             def read():

@@ -109,3 +109,29 @@ def test_requests_to_a_follower_rank_and_unaligned_replicas_are_refused(tp_mesh)
         m.invoke(1, "submit", reqs=[GenRequest(9, [1, 2, 3])])
     sh.shift_down("tp-f")
 
+
+
+def test_each_follower_reads_from_gps_the_version_rank_0_loaded(tp_mesh):
+    # the frozen GenRM cannot take a new version, so the TP=1 reference is the policy's
+    # base version: a new one decodes differently, the base again decodes as before
+    m, sh, source = tp_mesh, tp_mesh.shifter, tp_mesh.source
+    base = source.read(POLICY, (0,))[0]
+    g = torch.Generator().manual_seed(7)
+    new = {k: v + 0.3 * v.std() * torch.randn(v.shape, generator=g) if v.dim() > 1 else v
+           for k, v in base.items()}
+    reads = m.describe(1)["contexts"]["rollout"]["follower_reads"]
+    out = []
+    try:
+        for state in (new, new, base):
+            source.gps.load(POLICY, state)
+            sh.shift_up(Role.ROLLOUT, "tp-v", (0, 1))
+            out.append(generate(m, 0))
+            sh.shift_down("tp-v")
+    finally:
+        source.gps.load(POLICY, base)
+    sh.shift_up(Role.REWARD, "ref", (0,))
+    want = generate(m, 0)
+    sh.shift_down("ref")
+    assert out[0] == out[1] != want and out[2] == want
+    follower = m.describe(1)["contexts"]["rollout"]
+    assert follower["follower_reads"] == reads + 3 and follower["follower_failed"] == []

@@ -14,9 +14,12 @@ release comes after that step in the stream.
 
 The broadcast is ``torch.distributed.broadcast_object_list`` over a gloo group of the
 replica's ranks with a long timeout (a replica can sit idle for a long time between
-steps). A weight load sends the GPS Read's tensors with it (full tensors; each rank's
-vLLM weight loaders keep their shard). On GPUs each rank would rather Read its own shard
-from GPS; that path is not built.
+steps). A weight load crosses the group as a reference, not as tensors:
+``MirroredEngine.load_weights_at`` sends the GPS version rank 0 Read, and each follower
+Reads that same version from its own host's GPS (``FollowerLoop.reader``) and loads it;
+each rank's vLLM weight loaders keep their shard of the full tensors. (``load_weights``
+itself, mirrored with its tensors, stays for engines without a GPS.) Reading only the
+rank's own shard is not built: vLLM's loaders take full tensors.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ MIRRORED = ("submit", "abort", "step", "load_weights", "release_kv", "reallocate
             "release_weights", "release")
 """The ``VllmEngine`` calls that change engine state, in the order rank 0 ran them."""
 _STOP = "__stop__"
+_LOAD_AT = "__load_weights_at__"
 GROUP_TIMEOUT = datetime.timedelta(days=7)
 
 
@@ -47,6 +51,15 @@ def replica_group():
     import torch.distributed as dist
 
     return dist.new_group(backend="gloo", timeout=GROUP_TIMEOUT)
+
+
+def _gather(obj: Any, group: Any) -> list:
+    """Every rank's ``obj`` (picklable), in rank order, on every rank."""
+    import torch.distributed as dist
+
+    out: list = [None] * dist.get_world_size(group)
+    dist.all_gather_object(out, obj, group=group)
+    return out
 
 
 class MirroredEngine:
@@ -67,6 +80,28 @@ class MirroredEngine:
             return call
         return attr
 
+    def load_weights_at(self, state: Any, ref: Any) -> float:
+        """Loads ``state``, rank 0's Read of the parameters ``ref`` names (e.g. a model
+        and its GPS version); every follower Reads ``ref`` itself (``FollowerLoop.reader``)
+        and loads it, so no tensor crosses the replica's group. Every rank then reports
+        how its load went: a follower's failure raises here, before the replica runs a
+        step on ranks that hold different weights (it would fail or hang in a
+        collective). Returns rank 0's seconds."""
+        broadcast_from((_LOAD_AT, (ref,)), self.group)
+        self.sent += 1
+        err: BaseException | None = None
+        try:
+            secs = self.engine.load_weights(state)
+        except BaseException as e:  # noqa: BLE001 - report to the ranks, then raise
+            err = e
+        failed = [f for f in _gather(None if err is None else repr(err), self.group) if f]
+        if err is not None:
+            raise err
+        if failed:
+            raise StateError(f"TP replica: loading {ref!r} failed on {failed}; its ranks hold "
+                             f"different weights: shift the replica down and up again")
+        return secs
+
     def close(self) -> None:
         """Ends the followers' loops."""
         broadcast_from((_STOP, ()), self.group)
@@ -82,6 +117,9 @@ class FollowerLoop:
 
     def __init__(self, engine: Any, group: Any):
         self.engine, self.group = engine, group
+        self.reader: Callable[[Any], Any] | None = None
+        """Reads the parameters a ``load_weights_at`` reference names, for this rank (set
+        by the context that owns the rank's parameter source)."""
         self.lock = threading.Lock()
         self.applied = 0
         self.failed: list[str] = []
@@ -95,7 +133,10 @@ class FollowerLoop:
                 return
             with self.lock:
                 try:
-                    getattr(self.engine, op)(*args)
+                    if op == _LOAD_AT:
+                        self._load_at(*args)
+                    else:
+                        getattr(self.engine, op)(*args)
                 except PivotError as e:
                     # rank 0 raised the same for the same call (its caller sees it there)
                     log.debug("follower: %s refused as on rank 0: %s", op, e)
@@ -103,6 +144,23 @@ class FollowerLoop:
                     log.exception("follower: %s failed", op)
                     self.failed.append(f"{op}: {type(e).__name__}: {e}")
                 self.applied += 1
+
+    def _load_at(self, ref: Any) -> None:
+        # rank 0 Read this already: a failure here is this rank's alone, and rank 0
+        # learns of it in the gather below (its load_weights_at raises)
+        err = None
+        try:
+            if self.reader is None:
+                raise StateError(f"rank 0 loaded {ref!r} but this rank has no reader to "
+                                 f"Read it with (FollowerLoop.reader)")
+            self.engine.load_weights(self.reader(ref))
+        except BaseException as e:  # noqa: BLE001 - keep following; say why
+            log.exception("follower: loading %r failed", ref)
+            err = f"{type(e).__name__}: {e}"
+            self.failed.append(f"{_LOAD_AT} {ref!r}: {err}")
+        import torch.distributed as dist
+        _gather(None if err is None else f"rank {dist.get_rank(self.group)}: {err}",
+                self.group)
 
     def call(self, fn: Callable[[Any], R]) -> R:
         with self.lock:
