@@ -193,7 +193,7 @@ class MeshController:
             raise StateError(f"shift up {role.value} replica {replica_id} on devices "
                              f"{list(devices)}: its engines are tensor-parallel blocks of {k} "
                              f"aligned devices, fixed at start; use a block [b*{k}, b*{k}+{k})"
-                             f" (PivotPlanner.aligned_blocks)")
+                             f" (the planner's aligned_blocks)")
         self._check_not_writing(f"shift up {role.value} replica {replica_id}", devices)
         layout = self.layouts(role, devices) if self.layouts is not None else None
         for d in devices:
