@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import abc
 
+from pivot.config.validation import check_bool
 from pivot.errors import StateError
 from pivot.planner.blocks import free_blocks
 from pivot.planner.plan import ShiftDown, ShiftPlan
@@ -30,14 +31,18 @@ class Planner(abc.ABC):
     aligned_blocks = False
     """Whether every inference replica this planner places sits on an aligned block of one
     host (``pivot.planner.blocks``, issue 15 item 2): on wherever a replica's TP/EP groups
-    are fixed when its engine starts. Each planner takes it as a constructor argument."""
+    are fixed when its engine starts. Every placing planner takes it as a constructor
+    argument and hands it to ``Planner.__init__``."""
 
     places_replicas = True
     """False for a planner that never places an inference replica (the driver's
     provisioning does), so ``aligned_blocks`` means nothing to it."""
 
-    def __init__(self, rollout_model: ThroughputModel, reward_model: ThroughputModel) -> None:
+    def __init__(self, rollout_model: ThroughputModel, reward_model: ThroughputModel,
+                 aligned_blocks: bool = False) -> None:
+        check_bool(f"{type(self).__name__}.aligned_blocks", aligned_blocks)
         self.models = {Role.ROLLOUT: rollout_model, Role.REWARD: reward_model}
+        self.aligned_blocks = aligned_blocks
 
     def cut(self, snap: WorkloadSnapshot, devices, size: int) -> list[tuple[int, ...]]:
         """Freed ``devices`` cut into replicas of ``size``: the aligned blocks they hold

@@ -57,14 +57,12 @@ class PivotPlanner(Planner):
     def __init__(self, rollout_model: ThroughputModel, reward_model: ThroughputModel,
                  H: float = 60.0, migrate: bool = True, min_replicas: int = 0,
                  aligned_blocks: bool = False, scheduler_rule: bool = False) -> None:
-        super().__init__(rollout_model, reward_model)
+        super().__init__(rollout_model, reward_model, aligned_blocks)
         check_range("PivotPlanner.H", H, 0, open_lo=True, why="seconds a shift's gain lasts")
         check_bool("PivotPlanner.migrate", migrate)
         check_range("PivotPlanner.min_replicas", min_replicas, 0, integer=True)
-        check_bool("PivotPlanner.aligned_blocks", aligned_blocks)
         check_bool("PivotPlanner.scheduler_rule", scheduler_rule)
         self.scheduler_rule = scheduler_rule
-        self.aligned_blocks = aligned_blocks
         self._fits_checked: tuple | None = None
         self.H = H
         self.migrate = migrate

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import gin
 
-from pivot.config.validation import check, check_bool, check_range
+from pivot.config.validation import check, check_range
 from pivot.planner.base import Planner
 from pivot.planner.plan import ShiftDown, ShiftPlan
 from pivot.scheduler.throughput import ThroughputModel
@@ -44,9 +44,7 @@ class StaticPlanner(Planner):
 
     def __init__(self, rollout_model: ThroughputModel, reward_model: ThroughputModel,
                  home_devices: tuple[int, ...] = (), aligned_blocks: bool = False) -> None:
-        super().__init__(rollout_model, reward_model)
-        check_bool("StaticPlanner.aligned_blocks", aligned_blocks)
-        self.aligned_blocks = aligned_blocks
+        super().__init__(rollout_model, reward_model, aligned_blocks)
         check(isinstance(home_devices, (tuple, list)) and all(
             isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in home_devices)
               and len(set(home_devices)) == len(home_devices), "StaticPlanner.home_devices",
@@ -112,9 +110,7 @@ class RuleBasedPlanner(Planner):
 
     def __init__(self, rollout_model: ThroughputModel, reward_model: ThroughputModel,
                  up: float = 0.8, down: float = 0.1, aligned_blocks: bool = False) -> None:
-        super().__init__(rollout_model, reward_model)
-        check_bool("RuleBasedPlanner.aligned_blocks", aligned_blocks)
-        self.aligned_blocks = aligned_blocks
+        super().__init__(rollout_model, reward_model, aligned_blocks)
         check_range("RuleBasedPlanner.up", up, 0, open_lo=True, why="KV utilisation")
         check_range("RuleBasedPlanner.down", down, 0, why="KV utilisation")
         check(down < up, "RuleBasedPlanner.down", down,

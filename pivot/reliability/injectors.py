@@ -21,7 +21,9 @@ import gin
 import numpy as np
 
 from pivot.config.validation import check_bool, check_range, default_of
+from pivot.errors import StateError
 from pivot.planner.base import Planner
+from pivot.planner.blocks import free_blocks
 from pivot.planner.plan import ShiftDown, ShiftPlan
 from pivot.planner.shift_pairs import _host_groups
 from pivot.planner.shift_pairs import devices_per_host as largest_host
@@ -34,7 +36,9 @@ log = logging.getLogger(__name__)
 class ForcedShiftPlanner(Planner):
     """Args:
         rollout_model / reward_model: throughput models (for training's donor order).
-        replica_devices: devices of one replica of each inference role.
+        replica_devices: devices of one replica of each inference role; None: each role's
+            ``RoleLoad.replica_devices`` in the snapshot (the driver's own sizes). Given,
+            a snapshot whose sizes differ is refused.
         devices_per_host: host size (a replica stays on one host); None: the snapshot's
             largest host (the local driver's slots are all on one host).
         rng: randomness.
@@ -44,6 +48,8 @@ class ForcedShiftPlanner(Planner):
             ``min_replicas`` and no device is idle), shift the other way instead, so that
             on a few devices nearly every tick shifts (the local driver's 4 slots); False
             keeps the draw (and the random stream) as it is.
+        aligned_blocks: replicas go on aligned blocks of a host (``Planner.aligned_blocks``:
+            TP engines fixed to their block at start).
 
     The defaults (donate always, feasible draws only) make every tick shift on the local
     driver's few slots; the soak passes its own (``donate_p=0.7, feasible_only=False``).
@@ -54,16 +60,17 @@ class ForcedShiftPlanner(Planner):
     """How error messages name this planner's settings (the gin factory's name when it
     built the planner)."""
 
-    def __init__(self, rollout_model, reward_model, replica_devices: dict[Role, int],
+    def __init__(self, rollout_model, reward_model, replica_devices: dict[Role, int] | None,
                  devices_per_host: int | None, rng: np.random.Generator,
-                 min_replicas: int = 1, donate_p: float = 1.0, feasible_only: bool = True):
-        super().__init__(rollout_model, reward_model)
+                 min_replicas: int = 1, donate_p: float = 1.0, feasible_only: bool = True,
+                 aligned_blocks: bool = False):
+        super().__init__(rollout_model, reward_model, aligned_blocks)
         self.size, self.per_host = replica_devices, devices_per_host
         self.rng, self.min_replicas = rng, min_replicas
         self.donate_p, self.feasible_only = donate_p, feasible_only
 
     def check_fits(self, devices: int, max_replicas: dict[Role, int], where: str) -> None:
-        for size in self.size.values():
+        for size in (self.size or {}).values():
             check_range(f"{self.binding}.replica_devices", size, 1, devices, integer=True,
                         why=f"a replica's devices; {where}")
         most = max(max_replicas.values())
@@ -72,6 +79,13 @@ class ForcedShiftPlanner(Planner):
                                       f"holds at most {most} replicas ({where})")
 
     def _plan(self, snap: WorkloadSnapshot) -> ShiftPlan | None:
+        if self.size is not None:
+            for role, size in self.size.items():
+                if snap.role_load(role).replica_devices != size:
+                    raise StateError(
+                        f"{self.binding}.replica_devices: {size} for {role.value}, but its "
+                        f"replicas are {snap.role_load(role).replica_devices} devices; leave it "
+                        f"unset to use the driver's")
         tr = snap.training
         if tr.batch_ready and not tr.devices:
             return self.training_up(snap)
@@ -105,9 +119,11 @@ class ForcedShiftPlanner(Planner):
 
     def _groups(self, role: Role, devices, snap: WorkloadSnapshot) -> tuple:
         devs = sorted(set(devices) - set(snap.lost_devices))
+        size = snap.role_load(role).replica_devices
+        if self.aligned_blocks:
+            return tuple(free_blocks(snap.device_host, size, devs))
         per_host = self.per_host or largest_host(snap)
-        return tuple(tuple(g) for g in _host_groups(devs, snap.device_host, self.size[role],
-                                                    per_host))
+        return tuple(tuple(g) for g in _host_groups(devs, snap.device_host, size, per_host))
 
 
 def _other(role: Role) -> Role:
@@ -120,10 +136,11 @@ _FORCED = ForcedShiftPlanner
 
 @gin.configurable
 def forced_shift_planner(rollout_model, reward_model, seed: int = 0,
-                         replica_devices: int = 1, devices_per_host: int | None = None,
+                         devices_per_host: int | None = None,
                          min_replicas: int = default_of(_FORCED, "min_replicas"),
                          donate_p: float = default_of(_FORCED, "donate_p"),
-                         feasible_only: bool = default_of(_FORCED, "feasible_only")
+                         feasible_only: bool = default_of(_FORCED, "feasible_only"),
+                         aligned_blocks: bool = default_of(_FORCED, "aligned_blocks")
                          ) -> ForcedShiftPlanner:
     """A ``Deployment.planner`` factory (called as ``planner(rollout_model, reward_model)``)
     of random forced shifts for the local driver (reliability issue, item 4):
@@ -132,22 +149,25 @@ def forced_shift_planner(rollout_model, reward_model, seed: int = 0,
     Args:
         rollout_model / reward_model: the throughput models the driver passes.
         seed: seed of the planner's own numpy generator (shift choices).
-        replica_devices: devices of one rollout and one reward replica (1: one slot).
         devices_per_host: host size; None: the device map's (every local slot).
         min_replicas: a donor role keeps at least this many replicas.
         donate_p / feasible_only: see ``ForcedShiftPlanner`` (its defaults, which make every
             tick shift on the local driver's few slots: one replica flips role, at random).
+        aligned_blocks: see ``Planner.aligned_blocks`` (bound in ``gin/local/tp2.gin``).
+
+    Replica sizes are the driver's (``LocalGroup.policy_replica_devices`` and
+    ``genrm_replica_devices``), read from each snapshot.
     """
     name = "forced_shift_planner"
     check_range(f"{name}.seed", seed, 0, integer=True)
-    check_range(f"{name}.replica_devices", replica_devices, 1, integer=True)
     check_range(f"{name}.devices_per_host", devices_per_host, 1, integer=True, optional=True)
     check_range(f"{name}.min_replicas", min_replicas, 0, integer=True)
     check_range(f"{name}.donate_p", donate_p, 0, 1, why="a probability")
     check_bool(f"{name}.feasible_only", feasible_only)
-    size = {Role.ROLLOUT: replica_devices, Role.REWARD: replica_devices}
-    p = ForcedShiftPlanner(rollout_model, reward_model, size, devices_per_host,
-                           np.random.default_rng(seed), min_replicas, donate_p, feasible_only)
+    check_bool(f"{name}.aligned_blocks", aligned_blocks)
+    p = ForcedShiftPlanner(rollout_model, reward_model, None, devices_per_host,
+                           np.random.default_rng(seed), min_replicas, donate_p, feasible_only,
+                           aligned_blocks)
     p.binding = name
     return p
 

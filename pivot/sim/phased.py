@@ -13,7 +13,6 @@ from collections.abc import Callable
 
 import gin
 
-from pivot.config.validation import check_bool
 from pivot.planner.base import Planner
 from pivot.planner.plan import ShiftDown, ShiftPlan
 from pivot.types import INFERENCE_ROLES, Role, WorkloadSnapshot
@@ -27,9 +26,7 @@ class _PhasedPlanner(Planner):
                  aligned_blocks: bool = False) -> None:
         """``aligned_blocks``: each turn's replicas on aligned blocks of a host
         (``Planner.aligned_blocks``)."""
-        self.models = {Role.ROLLOUT: rollout_model, Role.REWARD: reward_model}
-        check_bool(f"{type(self).__name__}.aligned_blocks", aligned_blocks)
-        self.aligned_blocks = aligned_blocks
+        super().__init__(rollout_model, reward_model, aligned_blocks)
         self.rollout_done: Callable[[], bool] = lambda: False
         self.last_timings: dict[str, float] = {}
 

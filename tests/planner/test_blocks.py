@@ -4,6 +4,7 @@
 import hashlib
 import random
 
+import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -14,6 +15,7 @@ from pivot.planner.blocks import (aligned_blocks, check_blocks_fit, free_blocks,
                                   is_aligned, misaligned)
 from pivot.planner.shift_pairs import prepare_aligned_shift_pairs, prepare_shift_pairs
 from pivot.planner.strategies import RuleBasedPlanner, StaticPlanner
+from pivot.reliability.injectors import ForcedShiftPlanner
 from pivot.shifting.device_map import DeviceMap
 from pivot.sim.phased import ColocatedPlanner, RolloutRewardColocatedPlanner
 from pivot.testing.layouts import random_snapshot
@@ -98,7 +100,8 @@ def check_aligned_plan(snap: WorkloadSnapshot, plan) -> None:
         assert all(own[d] == (s.replica_id or ("training" if s.role else None))
                    for d in s.devices), s
     up = [d for g in plan.up_devices for d in g]
-    assert len(up) == len(set(up)) and set(up) <= set(freed)
+    # idle devices may shift up unlisted (the forced planner's plans): both are free
+    assert len(up) == len(set(up)) and set(up) <= set(freed) | set(snap.idle_devices)
     if plan.up_role is Role.TRAINING:
         return
     size = snap.role_load(plan.up_role).replica_devices
@@ -246,8 +249,14 @@ def test_the_option_refuses_a_replica_that_fits_no_host():
 
 
 # ---- the baselines with the option --------------------------------------------------
+def _forced(rollout_model, reward_model, aligned_blocks: bool = False) -> ForcedShiftPlanner:
+    """The reliability suite's random planner: replica sizes from the snapshot."""
+    return ForcedShiftPlanner(rollout_model, reward_model, None, None,
+                              np.random.default_rng(0), aligned_blocks=aligned_blocks)
+
+
 BASELINES = {"colocated": ColocatedPlanner, "rr_colocated": RolloutRewardColocatedPlanner,
-             "static": StaticPlanner, "rule_based": RuleBasedPlanner}
+             "static": StaticPlanner, "rule_based": RuleBasedPlanner, "forced": _forced}
 
 
 @settings(max_examples=300, deadline=None)
@@ -277,3 +286,13 @@ def test_rr_colocated_beside_training_takes_the_aligned_block_of_what_it_frees()
     assert off.up_devices == ((1, 2),)
     on = RolloutRewardColocatedPlanner(MODEL, MODEL, aligned_blocks=True).plan(snap)
     assert on.up_devices == ((2, 3),) and on.down == (ShiftDown(None, None, (1, 2, 3)),)
+
+
+def test_the_forced_planner_refuses_replica_sizes_other_than_the_drivers():
+    snap = WorkloadSnapshot(0.0, RoleLoad(Role.ROLLOUT, [], [(0, 10), (1, 10)], 2, 1000, 2),
+                            RoleLoad(Role.REWARD, [], [], 1, 1000, 4),
+                            TrainingLoad(1, (0,)), (0, 0, 0, 0), idle_devices=(1, 2, 3))
+    sizes = {Role.ROLLOUT: 1, Role.REWARD: 1}
+    planner = ForcedShiftPlanner(MODEL, MODEL, sizes, None, np.random.default_rng(0))
+    with pytest.raises(StateError, match="replica_devices: 1 for rollout.*are 2 devices"):
+        planner.plan(snap)
