@@ -160,11 +160,12 @@ class LocalTrainer:
     """
 
     def __init__(self, ctl, fleet, control: LocalControl, source, pad_id: int,
-                 keep_optimizer: bool = True):
+                 keep_optimizer: bool = True, scale_by_std: bool = True):
         import uuid
 
         self.ctl, self.fleet, self.control, self.source = ctl, fleet, control, source
         self.pad_id, self.keep_optimizer = pad_id, keep_optimizer
+        self.scale_by_std = scale_by_std   # GRPO's advantages, or Dr. GRPO's (Objective)
         self.optimizer: dict | None = None
         self.run_id = uuid.uuid4().hex[:8]   # tags this run's AdamW state in the slots
         self._restore_opt: dict | None = None
@@ -180,7 +181,8 @@ class LocalTrainer:
         return [p.get() for p in pending]
 
     def train(self, groups: Sequence[PromptGroup], version: int) -> dict[str, float]:
-        return self.train_batch(build_train_batch(groups, self.pad_id), version)
+        batch = build_train_batch(groups, self.pad_id, scale_by_std=self.scale_by_std)
+        return self.train_batch(batch, version)
 
     def train_batch(self, batch: TrainBatch, version: int) -> dict[str, float]:
         """One GRPO step of the replica on ``batch`` (every rank gets it whole and trains

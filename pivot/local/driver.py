@@ -36,6 +36,7 @@ from pivot.rl import checkpoint
 from pivot.rl.data import PromptStream
 from pivot.rl.lengths import length_report
 from pivot.rl.loop import LoopConfig, RLLoop
+from pivot.rl.objective import Objective
 from pivot.rl.staleness import StalenessBound
 from pivot.rl.workflow import RLWorkflow
 from pivot.scheduler.scheduler import ShiftAwareScheduler
@@ -107,6 +108,8 @@ class LocalDriver:
         deployment: colocated / disaggregated / rr_colocated / PivotRL and strategies.
         stream: the prompt stream (prompts per step, data seed, optional parquet).
         loop: poll and tick periods, checkpoints, stop_after.
+        objective: the reward's GenRM weight and the advantages' scaling (the paper's
+            R = R_verifiable + R_GenRM and GRPO by default).
         steps: RL steps of the run.
         seed: sampling seed (the data seed is ``stream.seed``).
         throughput: (A, B, C, D) of the policy engines' decode latency (sec. 6.1), s.
@@ -128,7 +131,7 @@ class LocalDriver:
 
     def __init__(self, group: LocalGroup = gin.REQUIRED, deployment: Deployment = gin.REQUIRED,
                  stream: PromptStream = PromptStream(), loop: LoopConfig = LoopConfig(),
-                 steps: int = 4, seed: int = 0,
+                 objective: Objective = Objective(), steps: int = 4, seed: int = 0,
                  throughput: tuple[float, float, float, float] = (2e-6, 0.012, 6e-4, 0.002),
                  judge_throughput: tuple[float, float, float, float] | None = None,
                  tau_inference: float = 0.5, tau_training: float = 1.0,
@@ -137,7 +140,8 @@ class LocalDriver:
                  observer: Any = None):
         cores = os.cpu_count() or 1
         for k, v, cls in (("group", group, LocalGroup), ("deployment", deployment, Deployment),
-                          ("stream", stream, PromptStream), ("loop", loop, LoopConfig)):
+                          ("stream", stream, PromptStream), ("loop", loop, LoopConfig),
+                          ("objective", objective, Objective)):
             check(isinstance(v, cls), f"LocalDriver.{k}", v,
                   f"must be a {cls.__name__} (LocalDriver.{k} = @{cls.__name__}())")
         check_range("LocalDriver.steps", steps, 1, integer=True)
@@ -168,6 +172,7 @@ class LocalDriver:
               "report (e.g. @LocalChecker())")
         group.check()
         self.group, self.dep, self.stream, self.loop_cfg = group, deployment, stream, loop
+        self.objective = objective
         self.steps, self.seed, self.lr = steps, seed, lr
         self.tm = ThroughputModel(*throughput)
         self.judge_tm = ThroughputModel(*judge_throughput) if judge_throughput else self.tm
@@ -277,8 +282,10 @@ class LocalDriver:
         self.control = LocalControl(self.ctl, self.fleet, planner, shapes, self.train_needed,
                                     self.tau_training, d.release_idle_training)
         self.trainer = LocalTrainer(self.ctl, self.fleet, self.control, self.source,
-                                    self.tok.pad_token_id or 0)
-        wf = RLWorkflow(self.stream, g.n, self.steps, StalenessBound(d.staleness), encode)
+                                    self.tok.pad_token_id or 0,
+                                    scale_by_std=self.objective.scale_by_std)
+        wf = RLWorkflow(self.stream, g.n, self.steps, StalenessBound(d.staleness), encode,
+                        reward_fn=self.objective.reward)
         return wf, RolloutService(self.fleet), RewardService(self.fleet)
 
     def _provision(self, allocation: dict[str, Any] | None) -> None:

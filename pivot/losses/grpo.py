@@ -35,8 +35,13 @@ __all__ = [
 ]
 
 
-def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
+def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6,
+                     scale_by_std: bool = True) -> torch.Tensor:
     """Group-normalised advantages: (r - mean_group) / (std_group + eps).
+
+    With ``scale_by_std=False``, r - mean_group (Dr. GRPO, arXiv 2503.20783): a group whose
+    rewards differ only by a little noise then gets small advantages, where the std
+    scaling would blow that noise up to unit size.
 
     Rows are grouped consecutively: rows [g*n, (g+1)*n) are the ``n`` responses to prompt g.
     The standard deviation is the population one (``unbiased=False``), so a group of equal
@@ -46,6 +51,7 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) 
         rewards: [B] float rewards, B = G * group_size.
         group_size: n, responses per prompt.
         eps: added to the std so a constant group does not divide by zero.
+        scale_by_std: divide by the group's std (GRPO) or not (Dr. GRPO).
 
     Returns:
         [B] advantages, same dtype as ``rewards``.
@@ -58,6 +64,8 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) 
                          f"groups of group_size={group_size}; pass B = G * group_size rows")
     grouped = rewards.view(-1, group_size)
     mean = grouped.mean(dim=1, keepdim=True)
+    if not scale_by_std:
+        return (grouped - mean).view(-1)
     std = grouped.std(dim=1, unbiased=False, keepdim=True)
     return ((grouped - mean) / (std + eps)).view(-1)
 

@@ -258,6 +258,8 @@ CASES: tuple[Case, ...] = (
     Case("local: prompt stream of 0 prompts", "local",
          _local("PromptStream.prompts_per_step = 0"), CLEAR),
     Case("local: loop tick of 0 s", "local", _local("LoopConfig.tick_s = 0.0"), CLEAR),
+    Case("local: negative GenRM weight", "local", _local("Objective.genrm_weight = -0.5"),
+         CLEAR),
     Case("local: static planner's home slot outside the group", "local",
          _local("StaticPlanner.home_devices = (7,)", files=("gin/local/static.gin",)), CLEAR),
     Case("local: forced-shift donate probability above 1", "local",

@@ -19,8 +19,10 @@ from pivot.rl.trajectory import PromptGroup
 
 
 def build_train_batch(groups: Sequence[PromptGroup], pad_id: int = 0,
-                      use_behaviour_logprobs: bool = True) -> TrainBatch:
-    """Returns the [B, L] batch of ``groups`` (B = groups x n, in group order)."""
+                      use_behaviour_logprobs: bool = True,
+                      scale_by_std: bool = True) -> TrainBatch:
+    """Returns the [B, L] batch of ``groups`` (B = groups x n, in group order);
+    ``scale_by_std``: see ``group_advantages``."""
     rows = [t for g in groups for t in g.trajectories]
     if not rows:
         raise StateError("build_train_batch: no trajectories")
@@ -43,6 +45,6 @@ def build_train_batch(groups: Sequence[PromptGroup], pad_id: int = 0,
             mask[b, p:p + len(r)] = 1.0
             old[b, p:p + len(r)] = torch.tensor(t.response_logprobs or [0.0] * len(r))
     rewards = torch.tensor([float(t.reward) for t in rows])
-    adv = group_advantages(rewards, n)
+    adv = group_advantages(rewards, n, scale_by_std=scale_by_std)
     return TrainBatch(ids, mask, adv, old if use_behaviour_logprobs else None,
                       torch.tensor([t.start_version for t in rows], dtype=torch.int64))

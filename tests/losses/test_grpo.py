@@ -147,3 +147,13 @@ def test_bad_clip_settings_name_the_field():
         GRPOLoss(GRPOLoss.Config(eps_low=1.5))
     with pytest.raises(ConfigError, match="kl_coef"):
         GRPOLoss(GRPOLoss.Config(kl_coef=-1.0))
+
+
+def test_without_std_scaling_advantages_keep_the_rewards_scale():
+    # a group all wrong whose GenRM scores differ by 0.1: std scaling makes that noise +-1
+    rewards = torch.tensor([0.8, 0.9, 0.8, 0.9, 0.0, 1.9, 0.0, 1.9])
+    scaled = group_advantages(rewards, 4)
+    plain = group_advantages(rewards, 4, scale_by_std=False)
+    assert torch.allclose(scaled[:4], torch.tensor([-1.0, 1.0, -1.0, 1.0]), atol=1e-4)
+    assert torch.allclose(plain, torch.tensor([-0.05, 0.05, -0.05, 0.05,
+                                               -0.95, 0.95, -0.95, 0.95]))
