@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -19,8 +20,11 @@ from typing import Any
 
 import torch
 
-from pivot.roles.engine.config import EngineConfig
+from pivot.errors import StateError
+from pivot.gps.layout import ParallelLayout
+from pivot.roles.engine.config import EngineConfig, read_hf_config
 from pivot.roles.engine.requests import GenRequest, SeqResult
+from pivot.roles.engine.shards import RankShards, vllm_tp_split_dim
 from pivot.roles.generator import GeneratorContext
 from pivot.roles.titan.batch import TrainBatch
 from pivot.shifting.role_shift import ContextCategory
@@ -43,39 +47,63 @@ class SlotGeneratorContext(GeneratorContext):
     def __init__(self, role: Role, cfg: EngineConfig, source: Any = None, device: int = 0):
         super().__init__(role, cfg)
         self.source, self.device = source, device
-        self._read_version: int | None = None
         self.follower_reads = 0
+        self.read_bytes = 0   # of the last Read: a TP rank's own shard, else the model
+        self._kv_heads: int | None = None
         if self.is_follower and source is not None:
             # rank 0's loads name a GPS version; this rank Reads it from its own host
             self.loop.reader = self._read_ref
 
-    def _read_ref(self, ref: tuple[str, int]) -> dict[str, torch.Tensor]:
+    def _read_ref(self, ref: tuple[str, int]) -> RankShards:
         model, version = ref
-        state = self.source.read(model, (self.device,), version=version)[self.device]
+        if model != self.model:
+            raise StateError(f"slot {self.device}: rank 0 loaded {model!r} into this "
+                             f"{self.model!r} engine")
+        state = self._read_rank(version)
         self.follower_reads += 1
         return state
 
-    def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "follower_reads": self.follower_reads}
+    def _read_rank(self, version: int | None) -> RankShards:
+        """This TP rank's own shard of the model at ``version`` (None: the latest, pinned):
+        the ranges its vLLM loaders read (``vllm_tp_split_dim``), about 1/k of the bytes."""
+        k = self.cfg.tensor_parallel_size
+        first = self.device - self.device % k
+        meta = self.source.models[self.model]
+        if self._kv_heads is None:
+            hf = read_hf_config(self.cfg.model)[0]
+            self._kv_heads = int(hf.get("num_key_value_heads", hf["num_attention_heads"]))
+        split = functools.partial(vllm_tp_split_dim, tp=k, kv_heads=self._kv_heads)
+        layout = ParallelLayout.create(meta, tp=k, split_dim=split)
+        if version is None:
+            version = self.source.latest(self.model)
+        shards = self.source.read(self.model, tuple(range(first, first + k)), layout,
+                                  only=(self.device,), version=version)[self.device]
+        state = RankShards(shards, {p.name: tuple(p.shape) for p in meta.params},
+                           dict(layout.split_dims), self.device - first, k, version)
+        self.read_bytes = state.nbytes
+        return state
 
-    def read_parameters(self) -> dict[str, torch.Tensor]:
-        """The shift up's GPS Read of a full copy for this slot (``SlotActor.shift_up``).
-        A TP replica's rank 0 pins the version it Reads, and its load then names that
-        version to the other ranks, which Read it themselves; they Read nothing here."""
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "follower_reads": self.follower_reads,
+                "read_bytes": self.read_bytes}
+
+    def read_parameters(self) -> Mapping[str, torch.Tensor]:
+        """The shift up's GPS Read for this slot (``SlotActor.shift_up``): TP=1 a full
+        copy of the latest version (one GPS call); a TP replica's rank 0 its own shard
+        of the latest version, pinned, and its load then names that version to the
+        other ranks, which Read their own shards of it; they Read nothing here."""
         if self.is_follower:
             return {}
         if self.cfg.tensor_parallel_size == 1:
-            return self.source.read(self.model, (self.device,))[self.device]
-        version = self.source.latest(self.model)
-        state = self.source.read(self.model, (self.device,), version=version)[self.device]
-        self._read_version = version
-        return state
+            state = self.source.read(self.model, (self.device,))[self.device]
+            self.read_bytes = sum(t.numel() * t.element_size() for t in state.values())
+            return state
+        return self._read_rank(None)
 
     def load_parameters(self, state: Mapping[str, torch.Tensor]) -> None:
-        version, self._read_version = self._read_version, None
-        if version is None or self.is_follower:
+        if not isinstance(state, RankShards) or self.is_follower:
             return super().load_parameters(state)
-        ref = (self.model, version)
+        ref = (self.model, state.version)
         self.timings["load_weights"] = self.loop.call(lambda e: e.load_weights_at(state, ref))
         self.holds_weights = True
 

@@ -15,7 +15,8 @@ from pivot.errors import StateError
 from pivot.gps.actor import GPSActor
 from pivot.gps.layout import ModelMeta, plan_storage
 from pivot.local.contexts import GeneratorFactory
-from pivot.roles.engine.config import EngineConfig
+from pivot.roles.engine.config import EngineConfig, read_hf_config
+from pivot.roles.engine.shards import vllm_tp_split_dim
 from pivot.roles.engine.requests import GenRequest, SampleSpec
 from pivot.runtime.gps_source import GPSParameterSource
 from pivot.runtime.mesh import MeshController
@@ -111,7 +112,7 @@ def test_requests_to_a_follower_rank_and_unaligned_replicas_are_refused(tp_mesh)
 
 
 
-def test_each_follower_reads_from_gps_the_version_rank_0_loaded(tp_mesh):
+def test_each_follower_reads_from_gps_the_version_rank_0_loaded(tp_mesh, tiny_model):
     # the frozen GenRM cannot take a new version, so the TP=1 reference is the policy's
     # base version: a new one decodes differently, the base again decodes as before
     m, sh, source = tp_mesh, tp_mesh.shifter, tp_mesh.source
@@ -135,3 +136,12 @@ def test_each_follower_reads_from_gps_the_version_rank_0_loaded(tp_mesh):
     assert out[0] == out[1] != want and out[2] == want
     follower = m.describe(1)["contexts"]["rollout"]
     assert follower["follower_reads"] == reads + 3 and follower["follower_failed"] == []
+    # each rank Read only what its loaders read: half of every split tensor, the
+    # vocabulary whole (vLLM pads its ranges), nowhere near a full copy
+    full = sum(v.numel() * v.element_size() for v in base.values())
+    cfg = read_hf_config(tiny_model)[0]
+    own = sum(v.numel() * v.element_size() // (1 if vllm_tp_split_dim(
+        k, v.shape, tp=2, kv_heads=cfg["num_key_value_heads"]) is None else 2)
+        for k, v in base.items())
+    for d in (0, 1):
+        assert m.describe(d)["contexts"]["rollout"]["read_bytes"] == own < 0.6 * full
