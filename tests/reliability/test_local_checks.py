@@ -2,6 +2,7 @@
 workflow, over in-process fake engines (no vLLM, no Monarch): a clean run through abort and
 resume has no violation and counts the resume; each kind of corruption is caught."""
 
+import asyncio
 from types import SimpleNamespace
 
 import pytest
@@ -218,3 +219,59 @@ def test_a_publish_refreshes_a_rollout_replica_the_scheduler_does_not_know_yet()
     fleet = Fleet(ctl, scheds, {POLICY: codec, GENRM: codec}, spec, spec, sample_seed=0)
     fleet.refresh_rollout()
     assert ctl.engines[0].refreshed == ctl.engines[1].refreshed == 1
+
+
+class GatedCtl(FakeCtl):
+    """Submits answer only once ``gate`` opens (a TP replica's rank 0 waiting for its
+    follower): the fleet's dispatch is in flight, its placements made, meanwhile."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate: asyncio.Event | None = None
+
+    def invoke_start(self, device, method, **kwargs):
+        out = self.invoke(device, method, **kwargs)
+        gate = self.gate if method == "submit" else None
+
+        async def wait():
+            if gate is not None:
+                await gate.wait()
+            return out
+        return SimpleNamespace(wait=wait, get=lambda: out)
+
+
+def test_a_tick_that_ends_mid_dispatch_is_checked_once_the_dispatch_returned():
+    ctl = GatedCtl()
+    scheds = {r: ShiftAwareScheduler(r, ThroughputModel(1e-6, 0.01, 4e-4, 0.0))
+              for r in INFERENCE_ROLES}
+    _up(ctl, scheds, Role.ROLLOUT, "r0", 0)
+    _up(ctl, scheds, Role.REWARD, "r1", 1)
+    spec = SampleSpec(max_tokens=8)
+    codec = TextCodec(lambda s: [1, 2, 3], lambda ids: " ".join(map(str, ids)), None, None)
+    fleet = Fleet(ctl, scheds, {POLICY: codec, GENRM: codec}, spec, spec, sample_seed=0)
+    wf = RLWorkflow(PromptStream(prompts_per_step=1, num_val=4), 2, 2, StalenessBound(2),
+                    lambda s: [1, 2, 3])
+
+    async def tick(status):
+        await asyncio.sleep(0)
+
+    control = SimpleNamespace(tick=tick, training_devices=lambda: (), busy=False)
+    driver = SimpleNamespace(fleet=fleet, control=control, ctl=ctl, kv_capacity=KV,
+                             dep=SimpleNamespace(staleness=2), resume=False)
+    checker = LocalChecker()
+    checker.attach(driver, wf)
+
+    async def scenario():
+        ctl.gate = asyncio.Event()
+        sub = asyncio.create_task(fleet.submit_async(Role.ROLLOUT, wf.release()))
+        while not ctl.engines[0].live:        # the scheduler placed them, the engine has them
+            await asyncio.sleep(0)
+        assert all(s.replica_id is None for s in fleet.port.sequences.values())
+        asyncio.get_running_loop().call_later(0.05, ctl.gate.set)
+        await control.tick(None)
+        await sub
+
+    asyncio.run(scenario())
+    c = checker.report()
+    assert c["checks"]["tick"] == 1
+    assert c["violations"] == 0, c["messages"]
