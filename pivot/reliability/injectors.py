@@ -23,7 +23,7 @@ import numpy as np
 from pivot.config.validation import check_bool, check_range, default_of
 from pivot.errors import StateError
 from pivot.planner.base import Planner
-from pivot.planner.blocks import free_blocks
+from pivot.planner.blocks import aligned_blocks, free_blocks
 from pivot.planner.plan import ShiftDown, ShiftPlan
 from pivot.planner.shift_pairs import _host_groups
 from pivot.planner.shift_pairs import devices_per_host as largest_host
@@ -102,6 +102,8 @@ class ForcedShiftPlanner(Planner):
         donors = snap.role_load(donor_role).replicas
         down: tuple[ShiftDown, ...] = ()
         freed: tuple[int, ...] = ()
+        if self._needs_blocks(up, snap):
+            return self._block_shift(up, snap)
         if len(donors) > self.min_replicas and self.rng.random() < self.donate_p:
             r = donors[int(self.rng.integers(len(donors)))]
             down, freed = (ShiftDown(donor_role, r.replica_id, r.devices),), r.devices
@@ -113,9 +115,44 @@ class ForcedShiftPlanner(Planner):
 
     def _can_receive(self, role: Role, snap: WorkloadSnapshot) -> bool:
         """Some devices could shift up into ``role``: its donor has a replica to spare,
-        or a replica's worth of devices is idle."""
+        or a replica's worth of devices is idle (with larger replicas than the donor's
+        on aligned blocks: a block the donor's spare replicas and idle devices fill)."""
+        if self._needs_blocks(role, snap):
+            return bool(self._block_donors(role, snap))
         spare = len(snap.role_load(_other(role)).replicas) > self.min_replicas
         return spare or bool(self._groups(role, snap.idle_devices, snap))
+
+    def _needs_blocks(self, role: Role, snap: WorkloadSnapshot) -> bool:
+        """``role``'s replicas are aligned blocks larger than its donor's: one donor
+        replica frees too little, so a block's worth of donors shifts down at once."""
+        return self.aligned_blocks and (snap.role_load(role).replica_devices >
+                                        snap.role_load(_other(role)).replica_devices)
+
+    def _block_donors(self, role: Role, snap: WorkloadSnapshot) -> list[tuple[tuple[int, ...],
+                                                                              list]]:
+        """Aligned blocks for a ``role`` replica that idle devices and whole replicas of
+        the donor fill, each with those replicas, leaving the donor ``min_replicas``."""
+        donor = snap.role_load(_other(role))
+        owner = {d: r for r in donor.replicas for d in r.devices}
+        idle, lost = set(snap.idle_devices), set(snap.lost_devices)
+        out = []
+        for b in aligned_blocks(snap.device_host, snap.role_load(role).replica_devices):
+            if lost & set(b) or not all(d in idle or d in owner for d in b):
+                continue
+            reps = list({owner[d].replica_id: owner[d] for d in b if d in owner}.values())
+            if all(set(r.devices) <= set(b) for r in reps) and \
+                    len(donor.replicas) - len(reps) >= self.min_replicas:
+                out.append((b, reps))
+        return out
+
+    def _block_shift(self, up: Role, snap: WorkloadSnapshot) -> ShiftPlan | None:
+        """One random block of ``_block_donors``: its donor replicas down, ``up`` on it."""
+        options = self._block_donors(up, snap)
+        if not options:
+            return None
+        block, reps = options[int(self.rng.integers(len(options)))]
+        down = tuple(ShiftDown(r.role, r.replica_id, r.devices) for r in reps)
+        return ShiftPlan(up, down, (block,), reason="forced shift (a block of donors)")
 
     def _groups(self, role: Role, devices, snap: WorkloadSnapshot) -> tuple:
         devs = sorted(set(devices) - set(snap.lost_devices))

@@ -52,3 +52,30 @@ def test_the_soaks_settings_keep_their_draws():
                            np.random.default_rng(0), donate_p=0.7, feasible_only=False)
     plans = [p.plan(_snap((0, 2, 3), (1,))) for _ in range(50)]
     assert any(x is None for x in plans) and any(x is not None for x in plans)
+
+
+def _tp_snap(rollout_blocks, reward, training=(), idle=()):
+    """Rollout replicas of 2 devices (TP), reward of 1, on one host of 4."""
+    scheds = {r: ShiftAwareScheduler(r, TM) for r in INFERENCE_ROLES}
+    scheds[Role.ROLLOUT].add_replicas([ReplicaView(f"rollout{b[0]}", Role.ROLLOUT, b, 1000)
+                                       for b in rollout_blocks])
+    scheds[Role.REWARD].add_replicas([ReplicaView(f"reward{d}", Role.REWARD, (d,), 1000)
+                                      for d in reward])
+    shapes = {Role.ROLLOUT: RoleShape(2, 1000, 2, 0.5), Role.REWARD: RoleShape(1, 1000, 4, 0.5)}
+    return snapshot(0.0, scheds, shapes, TrainingLoad(1, tuple(training), busy=True),
+                    (0, 0, 0, 0), idle)
+
+
+def test_with_tp_replicas_a_block_of_donors_shifts_down_together():
+    # reward on 0, 1, 2 and training on 3: one reward replica frees no block of 2, two do
+    p = forced_shift_planner(TM, TM, seed=0, aligned_blocks=True)
+    plan = p.plan(_tp_snap((), (0, 1, 2), training=(3,)))
+    assert plan is not None and plan.up_role is Role.ROLLOUT
+    assert plan.up_devices == ((0, 1),)
+    assert sorted(d.replica_id for d in plan.down) == ["reward0", "reward1"]
+    # the TP replica is rollout's last (min_replicas = 1): nothing can shift into reward
+    assert p.plan(_tp_snap(((0, 1),), (2,), training=(3,))) is None
+    # with a second one, rollout gives a whole block back
+    plan = p.plan(_tp_snap(((0, 1), (2, 3)), ()))
+    assert plan.up_role is Role.REWARD and len(plan.down) == 1
+    assert plan.up_devices in (((0,), (1,)), ((0,),), ((2,), (3,)), ((2,),))
