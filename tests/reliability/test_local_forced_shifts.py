@@ -8,6 +8,7 @@ the device map and in the slots themselves), KV capacity never exceeded, and eve
 sequence's tokens starting with the tokens it had when it was aborted."""
 
 import dataclasses
+import functools
 import json
 import time
 
@@ -15,9 +16,12 @@ import pytest
 
 from pivot.local.deployments import FORCED_SHIFTS
 from pivot.local.driver import LocalDriver
+from pivot.local.group import LocalGroup
+from pivot.reliability.injectors import forced_shift_planner
 from pivot.reliability.local_checks import LocalChecker
 from pivot.rl.data import PromptStream
 from pivot.rl.loop import LoopConfig
+from pivot.runtime.backend import Backend
 
 pytestmark = [pytest.mark.engine, pytest.mark.monarch]
 
@@ -79,3 +83,37 @@ def test_forced_shifts_every_tick_keep_every_invariant(stack, tmp_path):
     assert c["prefix_checks"] >= c["finished"] + c["aborts"]
     # a shift restarts no engine: the same slot processes
     assert [stack.ctl.describe(d)["pid"] for d in range(stack.group.devices)] == pids
+
+
+@pytest.mark.slow
+def test_forced_shifts_with_tp2_policy_replicas_keep_every_invariant(tmp_path):
+    """The same on a stack of its own with a process per role and the policy as TP=2
+    replicas on aligned blocks of slots (gin/local/tp2.gin): a forced shift into rollout
+    takes a whole block, shifting down as many GenRM slots as it holds."""
+    group = LocalGroup(n=2, max_response_tokens=RESPONSE_TOKENS, max_judge_tokens=JUDGE_TOKENS,
+                       ignore_eos=True, policy_replica_devices=2,
+                       backend=Backend("cpu", proc_per_role=True))
+    dep = dataclasses.replace(
+        FORCED_SHIFTS, planner=functools.partial(forced_shift_planner, aligned_blocks=True),
+        rollout_devices=2, reward_devices=2)
+    checker = LocalChecker(slot_every=2)
+    d = LocalDriver(group, dep, PromptStream(prompts_per_step=PROMPTS, num_val=4),
+                    LoopConfig(tick_s=TICK_S, timeout_s=900.0), steps=STEPS,
+                    run_dir=str(tmp_path / "run"), eval_every=-1, observer=checker)
+    try:
+        res = d.run()
+    finally:
+        d.close()
+    c = res.extra["checks"]
+    ups = [(s["up_role"], len(u["devices"])) for s in res.shifts for u in s["up"]]
+    print(json.dumps({"shifts": len(res.shifts), "ups": ups,
+                      "checks": {k: v for k, v in c.items() if k != "messages"}}))
+    assert c["violations"] == 0, c["messages"]
+    assert [m["step"] for m in res.steps] == list(range(1, STEPS + 1))
+    assert res.extra["max_staleness"] <= 2
+    assert c["finished"] == 2 * STEPS * PROMPTS * group.n
+    # the TP=2 rollout replica came up by a forced shift, and GenRM slots did too
+    assert any(s["up_role"] == "rollout" and s["reason"].startswith("forced")
+               and [len(u["devices"]) for u in s["up"]] == [2] for s in res.shifts), ups
+    assert any(s["up_role"] == "reward" and s["reason"].startswith("forced")
+               for s in res.shifts), ups
