@@ -9,7 +9,8 @@ wrong) would show as the two disagreeing; the same curve says the limit is the s
         --out results/local/reference_grpo_1e-4.json
 
 Reward: the verifiable one (R_GenRM needs the GenRM's engine). Validation: accuracy@1 on
-the 128 problems the build and the RL run report (``pivot.local.validate``'s function).
+the 128 problems the build and the RL run report (greedy, ``pivot.models.evaluate``), and
+its part per problem level (the worked sum's steps), where the room to improve is.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def main() -> None:
     from transformers import AutoTokenizer, Qwen3ForCausalLM
 
     from pivot.models.evaluate import greedy_generate
-    from pivot.rewards.verifiable import accuracy_at_1, verifiable_reward
+    from pivot.rewards.verifiable import is_correct, verifiable_reward
     from pivot.rl.batch import build_train_batch
     from pivot.rl.data import PromptStream, record_fields
     from pivot.rl.trajectory import PromptGroup, Trajectory
@@ -56,13 +57,21 @@ def main() -> None:
         weights.update(load_file(str(f)))
     trainer.load_hf_state_dict(weights)
     stream = PromptStream(prompts_per_step=args.prompts, seed=0, num_val=128)
-    val = [record_fields(r) for r in stream.validation()]
+    records = stream.validation()
+    val = [record_fields(r) for r in records]
+    levels = [r.get("extra_info", {}).get("level") for r in records]
 
-    def accuracy() -> float:
+    def accuracy() -> tuple[float, dict[str, float]]:
+        """Accuracy@1 and, per problem level (steps of the worked sum), its part."""
         outs = greedy_generate(hf, tok, [v[0] for v in val], args.max_tokens)
-        return accuracy_at_1(outs, [v[2] for v in val])
+        ok = [is_correct(o, v[2]) for o, v in zip(outs, val)]
+        by: dict[str, list[bool]] = {}
+        for lv, c in zip(levels, ok):
+            by.setdefault(str(lv), []).append(c)
+        return sum(ok) / len(ok), {k: sum(v) / len(v) for k, v in sorted(by.items())}
 
-    rows: list[dict] = [{"step": 0, "val_acc": accuracy()}]
+    acc, by_level = accuracy()
+    rows: list[dict] = [{"step": 0, "val_acc": acc, "val_by_level": by_level}]
     print(f"step 0: validation accuracy@1 {rows[0]['val_acc']:.3f}", flush=True)
     eos, t0 = tok.eos_token_id, time.perf_counter()
     for step in range(args.steps):
@@ -93,7 +102,7 @@ def main() -> None:
         hf.tie_weights()
         row = {"step": step + 1, "sample_acc": sum(correct) / len(correct)}
         if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
-            row["val_acc"] = accuracy()
+            row["val_acc"], row["val_by_level"] = accuracy()
         rows.append(row)
         print(f"step {step + 1}: sampled accuracy {row['sample_acc']:.3f}"
               + (f", validation accuracy@1 {row['val_acc']:.3f}" if "val_acc" in row else ""),
