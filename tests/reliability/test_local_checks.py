@@ -90,11 +90,10 @@ def _up(ctl, scheds, role, rid, device):
     scheds[role].add_replicas([ReplicaView(rid, role, (device,), KV)])
 
 
-@pytest.fixture
-def run():
-    """A fleet with rollout replica r0 (device 0) and reward replica r1 (device 1), the
-    released trajectories of steps 0 and 1 submitted, a checker attached."""
-    ctl = FakeCtl()
+def _fleet(ctl, tick, checker: LocalChecker):
+    """Rollout replica r0 (device 0) and reward replica r1 (device 1) of ``ctl``, their
+    fleet, a workflow of 2 steps and ``checker`` attached to a control whose tick is
+    ``tick``."""
     scheds = {r: ShiftAwareScheduler(r, ThroughputModel(1e-6, 0.01, 4e-4, 0.0))
               for r in INFERENCE_ROLES}
     _up(ctl, scheds, Role.ROLLOUT, "r0", 0)
@@ -104,12 +103,20 @@ def run():
     fleet = Fleet(ctl, scheds, {POLICY: codec, GENRM: codec}, spec, spec, sample_seed=0)
     wf = RLWorkflow(PromptStream(prompts_per_step=1, num_val=4), 2, 2, StalenessBound(2),
                     lambda s: [1, 2, 3])
-    control = SimpleNamespace(tick=lambda status: None, training_devices=lambda: (),
-                              busy=False)
+    control = SimpleNamespace(tick=tick, training_devices=lambda: (), busy=False)
     driver = SimpleNamespace(fleet=fleet, control=control, ctl=ctl, kv_capacity=KV,
                              dep=SimpleNamespace(staleness=2), resume=False)
-    checker = LocalChecker(slot_every=1)
     checker.attach(driver, wf)
+    return scheds, fleet, wf, control
+
+
+@pytest.fixture
+def run():
+    """A fleet with rollout replica r0 (device 0) and reward replica r1 (device 1), the
+    released trajectories of steps 0 and 1 submitted, a checker attached."""
+    ctl = FakeCtl()
+    checker = LocalChecker(slot_every=1)
+    scheds, fleet, wf, control = _fleet(ctl, lambda status: None, checker)
     trajs = wf.release()
     fleet.submit(Role.ROLLOUT, trajs)
     return SimpleNamespace(ctl=ctl, scheds=scheds, fleet=fleet, wf=wf, control=control,
@@ -242,24 +249,12 @@ class GatedCtl(FakeCtl):
 
 def test_a_tick_that_ends_mid_dispatch_is_checked_once_the_dispatch_returned():
     ctl = GatedCtl()
-    scheds = {r: ShiftAwareScheduler(r, ThroughputModel(1e-6, 0.01, 4e-4, 0.0))
-              for r in INFERENCE_ROLES}
-    _up(ctl, scheds, Role.ROLLOUT, "r0", 0)
-    _up(ctl, scheds, Role.REWARD, "r1", 1)
-    spec = SampleSpec(max_tokens=8)
-    codec = TextCodec(lambda s: [1, 2, 3], lambda ids: " ".join(map(str, ids)), None, None)
-    fleet = Fleet(ctl, scheds, {POLICY: codec, GENRM: codec}, spec, spec, sample_seed=0)
-    wf = RLWorkflow(PromptStream(prompts_per_step=1, num_val=4), 2, 2, StalenessBound(2),
-                    lambda s: [1, 2, 3])
 
     async def tick(status):
         await asyncio.sleep(0)
 
-    control = SimpleNamespace(tick=tick, training_devices=lambda: (), busy=False)
-    driver = SimpleNamespace(fleet=fleet, control=control, ctl=ctl, kv_capacity=KV,
-                             dep=SimpleNamespace(staleness=2), resume=False)
     checker = LocalChecker()
-    checker.attach(driver, wf)
+    _, fleet, wf, control = _fleet(ctl, tick, checker)
 
     async def scenario():
         ctl.gate = asyncio.Event()
