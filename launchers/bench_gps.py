@@ -18,7 +18,13 @@ Prints and writes ``results/gps_bench.json``:
 Run: ``.venv/bin/python launchers/bench_gps.py`` (about 1-2 minutes, under 5 GB).
 ``--plan-only`` runs part 2 alone (a few seconds, no actors) and replaces only the
 ``planning`` section of the JSON, keeping the transfer results of the last full run;
-``--rebuild-only`` likewise runs part 3 alone and replaces only the ``rebuild`` section.
+``--rebuild-only`` likewise runs part 3 alone and replaces only the ``rebuild`` section;
+``--tp-shards-only`` runs part 4 alone and replaces only ``tp_shards``.
+
+4. A TP rank's Read of its own shard (the ranges vLLM's loaders read,
+   ``pivot.roles.engine.shards``) against a full copy, at Qwen2.5-1.5B's shapes in bf16
+   (3.1 GB), ranks 0 of TP 2 and TP 4: bytes and time. Run only with ``--tp-shards-only``
+   (about 1 minute, under 10 GB): the full run keeps its memory bound.
 
 Plan times are wall clock (``plan_ms``) and this process's CPU time (``plan_cpu_ms``): on a
 shared 2-core machine the wall clock mostly measures the other jobs, the CPU time the plan.
@@ -263,12 +269,87 @@ def print_planning(pl: dict) -> None:
                   f"{o['makespan_s']:.3f} s)")
 
 
+def bench_tp_shards(repeats: int) -> dict:
+    """A TP rank's GPS Read of its own shard (``pivot.roles.engine.shards``) against a full
+    copy, at Qwen2.5-1.5B's shapes in bf16 (28 layers, hidden 1536, 12 query / 2 KV heads
+    of 128, MLP 8960, a tied vocabulary of 151,936: 3.1 GB; Qwen3 naming, so q/k norms
+    stand in for Qwen2's q/k/v biases). Rank 0 of TP 2 and TP 4, fresh tensors each
+    Read, as a shift up Reads; the two kinds of Read interleaved round by round."""
+    import functools
+
+    from monarch.actor import this_host
+
+    from pivot.gps.actor import ActorHost, GPSActor
+    from pivot.gps.client import GlobalParameterStorage
+    from pivot.roles.engine.shards import vllm_tp_split_dim
+
+    m = qwen3_model("policy", layers=28, hidden=1536, intermediate=8960, heads=12,
+                    kv_heads=2, head_dim=128, vocab=151936, dtype="bfloat16",
+                    tie_embeddings=True)
+    res: dict = {"model_bytes": m.nbytes, "model_tensors": len(m.params)}
+    storage = plan_storage([m], 1, m.nbytes)
+    procs = this_host().spawn_procs(per_host={"gps": 1})
+    host = ActorHost(0, procs.spawn("gps", GPSActor, 0, storage, {"policy": m}))
+    gps = GlobalParameterStorage([host], {"policy": m}, storage, (0, 0, 0, 0))
+    try:
+        gps.load("policy", {p.name: torch.randn(p.shape, dtype=torch.bfloat16)
+                            for p in m.params})
+        full = ParallelLayout.create(m, dp=1)
+        # each Read into fresh tensors (as a shift up does: page faults included) and into
+        # preallocated ones (the copy alone)
+        reads = {"full_copy": ((0,), full, {})}
+        for k in (2, 4):
+            lay = ParallelLayout.create(m, tp=k, split_dim=functools.partial(
+                vllm_tp_split_dim, tp=k, kv_heads=2))
+            reads[f"own_shard_tp{k}"] = (tuple(range(k)), lay, {"only": (0,)})
+        ops = {}
+        for name, (devs, lay, kw) in reads.items():
+            out = gps.read("policy", devs, lay, **kw)   # warm: maps the arena
+            res[f"{name}_bytes"] = sum(t.numel() * t.element_size() for t in out[0].values())
+            ops[name] = functools.partial(gps.read, "policy", devs, lay, **kw)
+            ops[f"{name}_into_out"] = functools.partial(gps.read, "policy", devs, lay,
+                                                        out=out, **kw)
+        times: dict[str, list[float]] = {k: [] for k in ops}
+        for _ in range(repeats):
+            for name, fn in ops.items():
+                times[name] += timed(fn, 1)
+        for name, ts in times.items():
+            res[name] = summary(ts, res[f"{name.removesuffix('_into_out')}_bytes"])
+        for k in (2, 4):
+            s = f"own_shard_tp{k}"
+            res[f"{s}_bytes_fraction"] = res[f"{s}_bytes"] / m.nbytes
+            for suffix in ("", "_into_out"):
+                res[f"{s}{suffix}_time_fraction"] = statistics.median(
+                    [a / b for a, b in zip(times[s + suffix], times["full_copy" + suffix])])
+    finally:
+        gps.close()
+        host.close()
+        procs.stop().get()
+    return res
+
+
+def print_tp_shards(ts: dict) -> None:
+    print(f"TP rank's Read, Qwen2.5-1.5B shapes in bf16 ({ts['model_bytes'] / 1e9:.2f} GB): "
+          f"full copy median {ts['full_copy']['median_s']:.3f} s fresh, "
+          f"{ts['full_copy_into_out']['median_s']:.3f} s into preallocated tensors")
+    for k in (2, 4):
+        s = f"own_shard_tp{k}"
+        print(f"  own shard at TP {k}: {ts[f'{s}_bytes'] / 1e9:.2f} GB "
+              f"({ts[f'{s}_bytes_fraction']:.2f} of the bytes); median "
+              f"{ts[s]['median_s']:.3f} s fresh ({ts[f'{s}_time_fraction']:.2f} of a full "
+              f"copy's), {ts[f'{s}_into_out']['median_s']:.3f} s into preallocated "
+              f"({ts[f'{s}_into_out_time_fraction']:.2f})")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--plan-only", action="store_true",
                     help="time plan computation only; rewrite only the 'planning' section")
     ap.add_argument("--rebuild-only", action="store_true",
                     help="time the rebuild of a lost host only; rewrite only 'rebuild'")
+    ap.add_argument("--tp-shards-only", action="store_true",
+                    help="time a TP rank's own-shard Read against a full copy only; "
+                         "rewrite only 'tp_shards'")
     ap.add_argument("--repeats", type=int, default=7, help="plans computed per layout and op")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -276,21 +357,25 @@ def main(argv: list[str] | None = None) -> None:
     logger.info("load average at start: %s (2 cores; other jobs make timings noisy)",
                 os.getloadavg())
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
-    if args.plan_only or args.rebuild_only:
+    if args.plan_only or args.rebuild_only or args.tp_shards_only:
         results: dict = {}
         if os.path.exists(OUT):
             with open(OUT) as f:
                 results = json.load(f)
         load0 = os.getloadavg()
-        section = "planning" if args.plan_only else "rebuild"
-        part = (bench_planning(repeats=args.repeats) if args.plan_only
-                else bench_rebuild(repeats=3))
+        section, run, show = (
+            ("planning", lambda: bench_planning(repeats=args.repeats), print_planning)
+            if args.plan_only else
+            ("rebuild", lambda: bench_rebuild(repeats=3), print_rebuild)
+            if args.rebuild_only else
+            ("tp_shards", lambda: bench_tp_shards(repeats=5), print_tp_shards))
+        part = run()
         part["loadavg_at_start"], part["loadavg_at_end"] = load0, os.getloadavg()
         part["wall_s"] = time.time() - t0
         results[section] = part
         with open(OUT, "w") as f:
             json.dump(results, f, indent=2)
-        (print_planning if args.plan_only else print_rebuild)(part)
+        show(part)
         print(f"rewrote the {section} section of {os.path.abspath(OUT)} in "
               f"{part['wall_s']:.0f} s")
         return
