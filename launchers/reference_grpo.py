@@ -33,6 +33,10 @@ def main() -> None:
     ap.add_argument("--eval_every", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0, help="sampling seed (data: stream seed 0)")
     ap.add_argument("--max_tokens", type=int, default=128)
+    ap.add_argument("--train_step_weights", default=None,
+                    help="a curriculum: 10 comma-separated weights of 1..10-step sums in the "
+                         "training batches (PromptStream.train_step_weights); validation "
+                         "stays the build's")
     ap.add_argument("--out", default="results/local/reference_grpo.json")
     args = ap.parse_args()
 
@@ -56,7 +60,10 @@ def main() -> None:
     for f in sorted(Path(args.model).glob("*.safetensors")):
         weights.update(load_file(str(f)))
     trainer.load_hf_state_dict(weights)
-    stream = PromptStream(prompts_per_step=args.prompts, seed=0, num_val=128)
+    weights = (tuple(float(w) for w in args.train_step_weights.split(","))
+               if args.train_step_weights else None)
+    stream = PromptStream(prompts_per_step=args.prompts, seed=0, num_val=128,
+                          train_step_weights=weights)
     records = stream.validation()
     val = [record_fields(r) for r in records]
     levels = [r.get("extra_info", {}).get("level") for r in records]

@@ -73,23 +73,28 @@ def held_out_keys(cfg: MathTaskConfig) -> frozenset[str]:
     return frozenset(p.key for p in val if cfg.kind == "levels" or p.level >= 2)
 
 
-def training_problems(cfg: MathTaskConfig, n: int, *, offset: int = 0) -> list[Problem]:
+def training_problems(cfg: MathTaskConfig, n: int, *, offset: int = 0,
+                      held_out: frozenset[str] | None = None) -> list[Problem]:
     """``n`` training problems, none of them in the validation set.
 
     ``offset`` selects a different deterministic chunk (chunk ``k`` is seeded by
     ``(seed + 1, k)``), so a stream can be resumed without redrawing what came before.
+    ``held_out``: the keys to exclude (default: ``held_out_keys(cfg)``; a stream drawn
+    with other step weights than its validation set passes the validation set's).
     """
     if offset < 0:
         raise ConfigError(f"offset must be >= 0, got {offset}")
-    held_out = held_out_keys(cfg)
+    held_out = held_out_keys(cfg) if held_out is None else held_out
     chunk_seed = random.Random(f"{cfg.seed + 1}:{offset}").randrange(2**63)
     return sample_problems(chunk_seed, n, exclude=held_out, **cfg.sampler())
 
 
-def training_records(cfg: MathTaskConfig, n: int, *, offset: int = 0) -> list[dict[str, Any]]:
+def training_records(cfg: MathTaskConfig, n: int, *, offset: int = 0,
+                     held_out: frozenset[str] | None = None) -> list[dict[str, Any]]:
     """``n`` training records; ``extra_info.index`` continues across offsets."""
     return [make_record(p, offset * n + i, "train")
-            for i, p in enumerate(training_problems(cfg, n, offset=offset))]
+            for i, p in enumerate(training_problems(cfg, n, offset=offset,
+                                                    held_out=held_out))]
 
 
 def iterate_prompts(cfg: MathTaskConfig, batch_size: int,

@@ -8,13 +8,16 @@ parquet file, validated row by row before any engine starts.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import gin
 
-from pivot.data.dataset import MathTaskConfig, training_records, validation_records
+from pivot.data.chains import check_step_weights
+from pivot.data.dataset import (MathTaskConfig, held_out_keys, training_records,
+                                validation_records)
 from pivot.data.records import ground_truth, question_of_record, validate_record
 from pivot.data.template import render_prompt
 from pivot.config.validation import check_range, check_text, default_of
@@ -30,12 +33,16 @@ class PromptStream:
         parquet: a DAPO-Math-17k parquet file; None uses the generated task.
         num_val: validation problems (accuracy@1); the model build evaluates on the same
             set (``MathTaskConfig.num_val``), so its report and the run's compare.
+        train_step_weights: relative frequency of 1..10 steps in the training batches
+            (a curriculum; None: the task's own, ``pivot.data.chains``); the validation
+            set and what it holds out of training stay the task's.
     """
 
     prompts_per_step: int = 8
     seed: int = 0
     parquet: str | None = None
     num_val: int = default_of(MathTaskConfig, "num_val")
+    train_step_weights: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         check_range("PromptStream.prompts_per_step", self.prompts_per_step, 1, integer=True)
@@ -43,6 +50,11 @@ class PromptStream:
         check_range("PromptStream.num_val", self.num_val, 1, integer=True,
                     why="validation problems for accuracy@1")
         check_text("PromptStream.parquet", self.parquet, optional=True)
+        if self.train_step_weights is not None:
+            try:
+                check_step_weights(tuple(self.train_step_weights))
+            except ConfigError as e:
+                raise ConfigError(f"PromptStream.train_step_weights: {e}") from None
         if self.parquet is not None:
             object.__setattr__(self, "_rows", _load_parquet(self.parquet))
 
@@ -55,6 +67,9 @@ class PromptStream:
         if step < 0:
             raise ConfigError(f"PromptStream.batch: step must be >= 0, got {step}")
         m = self.prompts_per_step
+        if self.parquet is None and self.train_step_weights is not None:
+            cfg = dataclasses.replace(self.task, step_weights=tuple(self.train_step_weights))
+            return training_records(cfg, m, offset=step, held_out=held_out_keys(self.task))
         if self.parquet is None:
             return training_records(self.task, m, offset=step)
         rows = self._rows  # type: ignore[attr-defined]
