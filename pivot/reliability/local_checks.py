@@ -35,6 +35,7 @@ I5 prefix: whenever a sequence is aborted its generated tokens are recorded; whe
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import time
@@ -122,15 +123,16 @@ class LocalChecker:
         self.ctl, self.port = driver.ctl, driver.fleet.port
         self.kv_capacity, self.staleness = driver.kv_capacity, driver.dep.staleness
         self.resumed_run = bool(getattr(driver, "resume", False))
-        _wrap(self.control, "tick", self._check_after_tick)
         _wrap(self.control, "tick", self._wrap_tick)
         _wrap(self.fleet, "poll_steps", lambda f: _steps_then(f, lambda: self.check("poll")))
         _wrap(self.fleet, "apply_steps", self._wrap_apply)
         _wrap(self.port, "collect_steps", self._wrap_collect)
 
-    def _check_after_tick(self, tick: Callable) -> Callable:
-        """Checks once the tick returned, holding the fleet's lock: a dispatch or poll of
-        the loop's in flight at that moment has its scheduler's placements made and its
+    def _wrap_tick(self, tick: Callable) -> Callable:
+        """Checks once the tick returned, and counts ticks in flight: a poll between the
+        two awaits of a shift may find devices mid-shift (the control plane's shifts run
+        beside the loop). The check holds the fleet's lock: a dispatch or poll of the
+        loop's in flight at that moment has its scheduler's placements made and its
         engine calls still out (the port records them when they return), a state the
         check would read as two owners of a sequence. (Seen with a TP replica, whose
         first submit waits for its follower rank: 64 false I1 violations in one tick.)"""
@@ -141,29 +143,12 @@ class LocalChecker:
                 return out
 
             async def _run():
-                res = await out
-                lock = getattr(self.fleet, "lock", None)
-                if lock is None:
-                    self.check("tick")
-                else:
-                    async with lock:
-                        self.check("tick")
-                return res
-            return _run()
-        return _tick
-
-    def _wrap_tick(self, tick: Callable) -> Callable:
-        """Counts ticks in flight: a poll between the two awaits of a shift may find
-        devices mid-shift (the control plane's shifts run beside the loop)."""
-        def _tick(*args, **kwargs):
-            out = tick(*args, **kwargs)
-            if not inspect.isawaitable(out):
-                return out
-
-            async def _run():
                 self._in_tick += 1
                 try:
-                    return await out
+                    res = await out
+                    async with getattr(self.fleet, "lock", None) or contextlib.nullcontext():
+                        self.check("tick")
+                    return res
                 finally:
                     self._in_tick -= 1
             return _run()
