@@ -33,6 +33,7 @@ shared 2-core machine the wall clock mostly measures the other jobs, the CPU tim
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -67,10 +68,28 @@ def summary(times: list[float], nbytes: int | None = None) -> dict:
     return d
 
 
-def bench_transfers(repeats: int) -> dict:
+@contextlib.contextmanager
+def gps_host(m, devices: int):
+    """One GPS host actor (its own Monarch process) holding model ``m`` whole, and this
+    process's client for ``devices`` devices on it; both closed on exit."""
     from monarch.actor import this_host
 
     from pivot.gps.actor import ActorHost, GPSActor
+    from pivot.gps.client import GlobalParameterStorage
+
+    storage = plan_storage([m], 1, m.nbytes)
+    procs = this_host().spawn_procs(per_host={"gps": 1})
+    host = ActorHost(0, procs.spawn("gps", GPSActor, 0, storage, {"policy": m}))
+    gps = GlobalParameterStorage([host], {"policy": m}, storage, (0,) * devices)
+    try:
+        yield host, gps, storage
+    finally:
+        gps.close()
+        host.close()
+        procs.stop().get()
+
+
+def bench_transfers(repeats: int) -> dict:
     from pivot.gps.client import GlobalParameterStorage
 
     m = qwen3_model("policy", layers=8, hidden=1024, intermediate=3072, heads=16, kv_heads=8,
@@ -78,11 +97,7 @@ def bench_transfers(repeats: int) -> dict:
     nbytes = m.nbytes
     res: dict = {"model_bytes": nbytes, "model_tensors": len(m.params)}
 
-    storage = plan_storage([m], 1, nbytes)
-    procs = this_host().spawn_procs(per_host={"gps": 1})
-    host = ActorHost(0, procs.spawn("gps", GPSActor, 0, storage, {"policy": m}))
-    gps = GlobalParameterStorage([host], {"policy": m}, storage, (0, 0))
-    try:
+    with gps_host(m, 2) as (host, gps, storage):
         full = {p.name: torch.randn(p.shape) for p in m.params}
         res["load_s"] = summary(timed(lambda: gps.load("policy", full), 1))
         lay = ParallelLayout.create(m, dp=1, tp=2)
@@ -150,10 +165,6 @@ def bench_transfers(repeats: int) -> dict:
         # A one-off link profile for LinkProfile.from_profile (this machine).
         res["profile"] = {"local_bw": res["read_tp2_into_out"]["median_GBps"] * 1e9,
                           "remote_bw": res["read_tp2_nixl_path"]["median_GBps"] * 1e9}
-    finally:
-        gps.close()
-        host.close()
-        procs.stop().get()
     return res
 
 
@@ -277,21 +288,14 @@ def bench_tp_shards(repeats: int) -> dict:
     Read, as a shift up Reads; the two kinds of Read interleaved round by round."""
     import functools
 
-    from monarch.actor import this_host
-
-    from pivot.gps.actor import ActorHost, GPSActor
-    from pivot.gps.client import GlobalParameterStorage
     from pivot.roles.engine.shards import vllm_tp_split_dim
+    from pivot.shifting.params import tensor_bytes
 
     m = qwen3_model("policy", layers=28, hidden=1536, intermediate=8960, heads=12,
                     kv_heads=2, head_dim=128, vocab=151936, dtype="bfloat16",
                     tie_embeddings=True)
     res: dict = {"model_bytes": m.nbytes, "model_tensors": len(m.params)}
-    storage = plan_storage([m], 1, m.nbytes)
-    procs = this_host().spawn_procs(per_host={"gps": 1})
-    host = ActorHost(0, procs.spawn("gps", GPSActor, 0, storage, {"policy": m}))
-    gps = GlobalParameterStorage([host], {"policy": m}, storage, (0, 0, 0, 0))
-    try:
+    with gps_host(m, 4) as (_, gps, _):
         gps.load("policy", {p.name: torch.randn(p.shape, dtype=torch.bfloat16)
                             for p in m.params})
         full = ParallelLayout.create(m, dp=1)
@@ -305,7 +309,7 @@ def bench_tp_shards(repeats: int) -> dict:
         ops = {}
         for name, (devs, lay, kw) in reads.items():
             out = gps.read("policy", devs, lay, **kw)   # warm: maps the arena
-            res[f"{name}_bytes"] = sum(t.numel() * t.element_size() for t in out[0].values())
+            res[f"{name}_bytes"] = tensor_bytes(out[0].values())
             ops[name] = functools.partial(gps.read, "policy", devs, lay, **kw)
             ops[f"{name}_into_out"] = functools.partial(gps.read, "policy", devs, lay,
                                                         out=out, **kw)
@@ -321,10 +325,6 @@ def bench_tp_shards(repeats: int) -> dict:
             for suffix in ("", "_into_out"):
                 res[f"{s}{suffix}_time_fraction"] = statistics.median(
                     [a / b for a, b in zip(times[s + suffix], times["full_copy" + suffix])])
-    finally:
-        gps.close()
-        host.close()
-        procs.stop().get()
     return res
 
 
