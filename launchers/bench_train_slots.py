@@ -62,15 +62,13 @@ def main() -> None:
     a = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
-    from safetensors.torch import load_file
-
     from pivot.compat.monarch import ensure_client_tmpdir
     from pivot.gps.actor import GPSActor
     from pivot.gps.layout import ModelMeta, plan_storage
     from pivot.local.cgroups import SlotCpuShares
     from pivot.local.control import LocalTrainer
     from pivot.roles.titan.model import Qwen3Shape
-    from pivot.roles.engine.config import read_hf_config
+    from pivot.roles.engine.config import read_hf_config, read_hf_weights
     from pivot.runtime.gps_source import FsdpShardLayouts, GPSParameterSource
     from pivot.runtime.mesh import MeshController
     from pivot.runtime.provision import spawn_host_service
@@ -79,9 +77,7 @@ def main() -> None:
 
     ensure_client_tmpdir(Path("cache/tmp").resolve())
     n = max(a.slots)
-    sd = {}
-    for f in sorted(Path(a.model).glob("*.safetensors")):
-        sd.update({k: v.float() for k, v in load_file(str(f)).items()})
+    sd = {k: v.float() for k, v in read_hf_weights(a.model).items()}
     metas = {POLICY: ModelMeta.from_state_dict(POLICY, sd)}
     storage = plan_storage(list(metas.values()), 1, 1 << 30)
     gps = spawn_host_service("gps", GPSActor, 0, storage, metas)

@@ -40,11 +40,11 @@ def main() -> None:
     ap.add_argument("--out", default="results/local/reference_grpo.json")
     args = ap.parse_args()
 
-    from safetensors.torch import load_file
     from transformers import AutoTokenizer, Qwen3ForCausalLM
 
     from pivot.models.evaluate import greedy_generate
     from pivot.rewards.verifiable import is_correct, verifiable_reward
+    from pivot.roles.engine.config import read_hf_weights
     from pivot.rl.batch import build_train_batch
     from pivot.rl.data import PromptStream, record_fields
     from pivot.rl.trajectory import PromptGroup, Trajectory
@@ -56,14 +56,11 @@ def main() -> None:
     trainer = Trainer(Trainer.Config(model=args.model, max_seq_len=512,
                                      optimizer=Trainer.Optimizer(lr=args.lr)))
     trainer.setup()
-    weights = {}
-    for f in sorted(Path(args.model).glob("*.safetensors")):
-        weights.update(load_file(str(f)))
-    trainer.load_hf_state_dict(weights)
-    weights = (tuple(float(w) for w in args.train_step_weights.split(","))
-               if args.train_step_weights else None)
+    trainer.load_hf_state_dict(read_hf_weights(args.model))
+    step_weights = (tuple(float(w) for w in args.train_step_weights.split(","))
+                    if args.train_step_weights else None)
     stream = PromptStream(prompts_per_step=args.prompts, seed=0, num_val=128,
-                          train_step_weights=weights)
+                          train_step_weights=step_weights)
     records = stream.validation()
     val = [record_fields(r) for r in records]
     levels = [r.get("extra_info", {}).get("level") for r in records]

@@ -27,6 +27,7 @@ from pivot.roles.engine.requests import GenRequest, SeqResult
 from pivot.roles.engine.shards import RankShards, vllm_tp_split_dim
 from pivot.roles.generator import GeneratorContext
 from pivot.roles.titan.batch import TrainBatch
+from pivot.shifting.params import tensor_bytes
 from pivot.shifting.role_shift import ContextCategory
 from pivot.types import MODEL_OF_ROLE, Role
 
@@ -96,7 +97,7 @@ class SlotGeneratorContext(GeneratorContext):
             return {}
         if self.cfg.tensor_parallel_size == 1:
             state = self.source.read(self.model, (self.device,))[self.device]
-            self.read_bytes = sum(t.numel() * t.element_size() for t in state.values())
+            self.read_bytes = tensor_bytes(state.values())
             return state
         return self._read_rank(None)
 
@@ -279,7 +280,7 @@ class SlotTrainerContext:
             rank, world = self.trainer.rank, self.trainer.world_size
             self.timings.update(self.trainer.load_hf_rows(ChunkRows(state, full, rank, world)))
             self.last_read = "rows"
-        self.read_bytes = sum(t.numel() * t.element_size() for t in state.values())
+        self.read_bytes = tensor_bytes(state.values())
         self.loaded = True
 
     @property

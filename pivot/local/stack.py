@@ -79,7 +79,6 @@ class LocalStack:
 
     def start(self) -> "LocalStack":
         import torch
-        from safetensors.torch import load_file
         from transformers import AutoTokenizer
 
         from pivot.compat.monarch import ensure_client_tmpdir
@@ -89,7 +88,7 @@ class LocalStack:
         from pivot.local.cgroups import SlotCpuShares
         from pivot.local.contexts import GeneratorFactory, SlotTrainerContext, rendezvous_ports
         from pivot.models.tokenizer import TextCodec
-        from pivot.roles.engine.config import read_hf_config
+        from pivot.roles.engine.config import read_hf_config, read_hf_weights
         from pivot.runtime.gps_source import FsdpShardLayouts, GPSParameterSource
         from pivot.runtime.mesh import MeshController
         from pivot.runtime.provision import allocate, spawn_host_service
@@ -110,10 +109,7 @@ class LocalStack:
         self.codecs = {POLICY: TextCodec.of(self.tok), GENRM: TextCodec.load(self.genrm_dir)}
         self.initial: dict[str, dict[str, torch.Tensor]] = {}
         for m, d in ((POLICY, self.policy_dir), (GENRM, self.genrm_dir)):
-            sd = {}
-            for f in sorted(Path(d).glob("*.safetensors")):
-                sd.update(load_file(str(f)))
-            self.initial[m] = {k: v.to(torch.float32) for k, v in sd.items()}
+            self.initial[m] = {k: v.to(torch.float32) for k, v in read_hf_weights(d).items()}
         metas = {m: ModelMeta.from_state_dict(m, sd) for m, sd in self.initial.items()}
         # the device procs first: GPS runs one actor on each of their hosts (sec. 5.1)
         # the layout from each host's budget (app. B.1), refused before any process starts

@@ -7,12 +7,17 @@ tensors in one process).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 import torch
 
 StateDict = dict[str, torch.Tensor]
+
+
+def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes held by ``tensors`` (e.g. a state dict's values)."""
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 class ParameterSource(Protocol):

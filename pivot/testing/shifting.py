@@ -18,13 +18,9 @@ import torch
 from torch import nn
 
 from pivot.errors import StateError
-from pivot.shifting.params import StateDict
+from pivot.shifting.params import StateDict, tensor_bytes
 from pivot.shifting.role_shift import ContextCategory
 from pivot.types import MODEL_OF_ROLE, Role
-
-
-def _nbytes(tensors) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 @dataclass
@@ -81,7 +77,7 @@ class InferenceContext:
         return self.kv_tokens if self.kv_cache is not None else 0
 
     def describe(self) -> dict[str, Any]:
-        return {"weights_bytes": _nbytes((self.weights or {}).values()),
+        return {"weights_bytes": tensor_bytes((self.weights or {}).values()),
                 "kv_bytes": 0 if self.kv_cache is None else self.kv_cache.numel(),
                 "kv_capacity": self.kv_capacity}
 
@@ -196,10 +192,11 @@ class TrainingContext:
         return {str(i): p.grad for i, p in enumerate(self._params()) if p.grad is not None}
 
     def describe(self) -> dict[str, Any]:
-        return {"weights_bytes": _nbytes(self.weights.values()),
-                "optimizer_bytes": _nbytes(self.optimizer_tensors().values()),
-                "offloaded_bytes": _nbytes(v for s in self.host_state.values()
-                                           for v in s.values()) + _nbytes(self.host_grads.values()),
+        return {"weights_bytes": tensor_bytes(self.weights.values()),
+                "optimizer_bytes": tensor_bytes(self.optimizer_tensors().values()),
+                "offloaded_bytes": (tensor_bytes(v for s in self.host_state.values()
+                                                 for v in s.values())
+                                    + tensor_bytes(self.host_grads.values())),
                 "kv_capacity": 0}
 
 

@@ -9,13 +9,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from pivot.errors import StateError
 from pivot.gps.actor import GPSActor
 from pivot.gps.layout import ModelMeta, plan_storage
 from pivot.local.contexts import GeneratorFactory
-from pivot.roles.engine.config import EngineConfig, read_hf_config
+from pivot.roles.engine.config import EngineConfig, read_hf_config, read_hf_weights
 from pivot.roles.engine.shards import vllm_tp_split_dim
 from pivot.roles.engine.requests import GenRequest, SampleSpec
 from pivot.runtime.gps_source import GPSParameterSource
@@ -32,10 +31,7 @@ PROMPTS = [[1, 5 + 7 * i, 17 + i, 42 + 3 * i, 9] for i in range(4)]
 
 @pytest.fixture(scope="module")
 def tp_mesh(tiny_model):
-    sd = {}
-    for f in sorted(Path(tiny_model).glob("*.safetensors")):
-        sd.update(load_file(str(f)))
-    sd = {k: v.to(torch.float32) for k, v in sd.items()}
+    sd = {k: v.to(torch.float32) for k, v in read_hf_weights(tiny_model).items()}
     # the reward role serves the same weights at TP=1: the reference
     metas = {m: ModelMeta.from_state_dict(m, sd) for m in (POLICY, GENRM)}
     storage = plan_storage(list(metas.values()), 1, 1 << 30)

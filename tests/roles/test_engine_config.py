@@ -8,7 +8,8 @@ import torch
 from safetensors.torch import save_file
 
 from pivot.errors import ConfigError
-from pivot.roles.engine.config import check_model_dir, check_safetensors, read_hf_config
+from pivot.roles.engine.config import (check_model_dir, check_safetensors, read_hf_config,
+                                       read_hf_weights)
 from pivot.roles.titan.model import Qwen3Shape
 
 
@@ -57,3 +58,12 @@ def test_engine_check_and_trainer_shape_read_config_json_alike(folder):
     (folder / "config.json").write_text("[1, 2]")
     with pytest.raises(ConfigError, match="not a JSON object"):
         Qwen3Shape.from_hf(folder)
+
+
+def test_the_weights_of_every_safetensors_file_are_read_by_name(tmp_path):
+    save_file({"a": torch.ones(2), "b": torch.zeros(3, dtype=torch.bfloat16)},
+              str(tmp_path / "model-00001.safetensors"))
+    save_file({"c": torch.arange(4)}, str(tmp_path / "model-00002.safetensors"))
+    got = read_hf_weights(tmp_path)
+    assert sorted(got) == ["a", "b", "c"] and got["b"].dtype == torch.bfloat16
+    assert torch.equal(got["c"], torch.arange(4))

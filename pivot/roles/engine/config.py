@@ -74,6 +74,17 @@ _MAX_HEADER = 100 * 1024 * 1024
 """The safetensors format's own bound on the JSON header (100 MiB)."""
 
 
+def read_hf_weights(path: str | Path) -> dict[str, Any]:
+    """Every tensor of a Hugging Face model folder's ``*.safetensors`` files, by HF name,
+    in the files' dtypes (``check_model_dir`` checks the files first where it matters)."""
+    from safetensors.torch import load_file
+
+    state: dict[str, Any] = {}
+    for f in sorted(Path(path).glob("*.safetensors")):
+        state.update(load_file(str(f)))
+    return state
+
+
 def read_hf_config(path: str | Path) -> tuple[dict[str, Any], Path]:
     """Reads a Hugging Face ``config.json``: the one reader of it in PivotRL.
 

@@ -28,6 +28,7 @@ import torch
 
 from pivot.errors import StateError
 from pivot.gps.layout import qwen3_split_dim
+from pivot.shifting.params import tensor_bytes
 
 _VOCAB = re.compile(r"(embed_tokens|lm_head)\.weight$")
 _KV = re.compile(r"(k_proj|v_proj)\.(weight|bias)$")
@@ -72,7 +73,7 @@ class RankShards(Mapping[str, torch.Tensor]):
     @property
     def nbytes(self) -> int:
         """Bytes this rank Read from GPS."""
-        return sum(t.numel() * t.element_size() for t in self.shards.values())
+        return tensor_bytes(self.shards.values())
 
     def __getitem__(self, name: str) -> torch.Tensor:
         shard, d = self.shards[name], self.dims.get(name)
