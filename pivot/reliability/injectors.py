@@ -98,12 +98,12 @@ class ForcedShiftPlanner(Planner):
         if self.feasible_only and not self._can_receive(up, snap):
             other = _other(up)
             up = other if self._can_receive(other, snap) else up
+        if self._needs_blocks(up, snap):
+            return self._block_shift(up, snap)
         donor_role = _other(up)
         donors = snap.role_load(donor_role).replicas
         down: tuple[ShiftDown, ...] = ()
         freed: tuple[int, ...] = ()
-        if self._needs_blocks(up, snap):
-            return self._block_shift(up, snap)
         if len(donors) > self.min_replicas and self.rng.random() < self.donate_p:
             r = donors[int(self.rng.integers(len(donors)))]
             down, freed = (ShiftDown(donor_role, r.replica_id, r.devices),), r.devices
