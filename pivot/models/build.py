@@ -29,15 +29,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import GenerationConfig, LlamaForCausalLM, Qwen3ForCausalLM
+from transformers import (GenerationConfig, LlamaForCausalLM, PreTrainedModel,
+                          PreTrainedTokenizerFast, Qwen3ForCausalLM)
 
 from pivot.data.dataset import training_problems, validation_problems
-from pivot.models.config import BuildConfig, hf_config
+from pivot.models.config import ArchConfig, BuildConfig, hf_config
 from pivot.models.evaluate import GenRMEval, PolicyEval, greedy_generate, pearson
 from pivot.data.arithmetic import Problem
 from pivot.models.examples import (Example, candidate_response, genrm_example, judged_example,
                                    policy_example, policy_prompt)
-from pivot.models.sft import train_sft
+from pivot.models.sft import SFTConfig, train_sft
 from pivot.models.tokenizer import GENRM_SPECIAL_TOKENS, train_tokenizer
 from pivot.rewards.genrm import build_genrm_prompt, parse_genrm_score
 from pivot.rewards.verifiable import extract_answer, is_correct
@@ -148,6 +149,39 @@ def genrm_examples(cfg: BuildConfig, problems: list[Problem], policy, tok) -> li
     return synth + [judged_example(q, r) for q, r in zip(own, responses)]
 
 
+def policy_data(cfg: BuildConfig) -> tuple[list[Problem], list[Example],
+                                          PreTrainedTokenizerFast]:
+    """The build's SFT problems (the GenRM's too), the policy's examples, and the policy's
+    tokenizer trained on the first ``tokenizer_corpus`` of them."""
+    problems = training_problems(cfg.task, max(cfg.policy_examples, cfg.genrm_examples),
+                                 offset=10**6)  # an offset no RL stream starts near
+    pol = [policy_example(q) for q in problems[:cfg.policy_examples]]
+    tok = train_tokenizer([e.prompt + e.target for e in pol[:cfg.tokenizer_corpus]],
+                          cfg.vocab_size, cfg.arch.max_position_embeddings)
+    return problems, pol, tok
+
+
+def train_model(name: str, arch: ArchConfig, tok: PreTrainedTokenizerFast,
+                examples: list[Example], sft: SFTConfig
+                ) -> tuple[PreTrainedModel, dict[str, Any]]:
+    """A freshly initialised model of ``arch`` (seeded by ``sft.seed``) after SFT on
+    ``examples``, and what the manifest records of it."""
+    torch.manual_seed(sft.seed)
+    model = CLASSES[arch.family](hf_config(arch, len(tok), tok.bos_token_id,
+                                           tok.eos_token_id, tok.pad_token_id))
+    t0 = time.perf_counter()
+    logger.info("training the %s: %d SFT steps", name, sft.steps)
+
+    def progress(step: int, steps: int, seconds: float) -> None:
+        logger.info("  %s SFT %d/%d steps, %.0f s", name, step, steps, seconds)
+
+    losses = train_sft(model, tok, examples, sft, progress)
+    return model, {"architecture": type(model).__name__,
+                   "params": sum(x.numel() for x in model.parameters()),
+                   "sft_seconds": round(time.perf_counter() - t0, 1),
+                   "final_loss": round(sum(losses[-10:]) / len(losses[-10:]), 4)}
+
+
 def _save(model, tok, out: Path) -> None:
     if out.exists():
         shutil.rmtree(out)
@@ -171,44 +205,24 @@ def build_models(cache_dir: str | os.PathLike[str] | None = None,
     torch.set_num_threads(threads)
     try:
         torch.manual_seed(cfg.task.seed)
-        problems = training_problems(cfg.task, max(cfg.policy_examples, cfg.genrm_examples),
-                                     offset=10**6)  # an offset no RL stream starts near
-        pol = [policy_example(q) for q in problems[:cfg.policy_examples]]
+        problems, pol, tok = policy_data(cfg)
         n = cfg.tokenizer_corpus
-        tok = train_tokenizer([e.prompt + e.target for e in pol[:n]], cfg.vocab_size,
-                              cfg.arch.max_position_embeddings)
         gtok = train_tokenizer([e.prompt + e.target
                                 for e in genrm_examples(cfg, problems[:n], None, None)],
                                cfg.genrm_vocab_size, cfg.genrm_arch.max_position_embeddings,
                                specials=GENRM_SPECIAL_TOKENS)
         results: dict[str, Any] = {"vocab": len(tok), "genrm_vocab": len(gtok)}
 
-        def train(name: str, arch, t, examples: list[Example], sft):
-            torch.manual_seed(sft.seed)
-            model = CLASSES[arch.family](hf_config(arch, len(t), t.bos_token_id,
-                                                   t.eos_token_id, t.pad_token_id))
-            t0 = time.perf_counter()
-            logger.info("training the %s: %d SFT steps", name, sft.steps)
-
-            def progress(step: int, steps: int, seconds: float) -> None:
-                logger.info("  %s SFT %d/%d steps, %.0f s", name, step, steps, seconds)
-
-            losses = train_sft(model, t, examples, sft, progress)
-            results[name] = {"architecture": type(model).__name__,
-                             "params": sum(x.numel() for x in model.parameters()),
-                             "sft_seconds": round(time.perf_counter() - t0, 1),
-                             "final_loss": round(sum(losses[-10:]) / len(losses[-10:]), 4)}
-            return model
-
-        policy = train("policy", cfg.arch, tok, pol, cfg.policy_sft)
+        policy, results["policy"] = train_model("policy", cfg.arch, tok, pol, cfg.policy_sft)
         results["policy"].update(asdict(evaluate_policy(policy, tok, cfg)))
         r = results["policy"]
         logger.info("policy built: %d parameters, SFT %.0f s, accuracy@1 %.2f", r["params"],
                     r["sft_seconds"], r["accuracy_at_1"])
         logger.debug("policy: %s", r)
         _save(policy, tok, p.policy)
-        genrm = train("genrm", cfg.genrm_arch, gtok,
-                      genrm_examples(cfg, problems, policy, tok), cfg.genrm_sft)
+        genrm, results["genrm"] = train_model("genrm", cfg.genrm_arch, gtok,
+                                              genrm_examples(cfg, problems, policy, tok),
+                                              cfg.genrm_sft)
         results["genrm"].update(evaluate_genrm(genrm, gtok, cfg, policy, tok))
         logger.info("GenRM built: %d parameters, SFT %.0f s", results["genrm"]["params"],
                     results["genrm"]["sft_seconds"])

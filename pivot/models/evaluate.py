@@ -2,7 +2,9 @@
 
 - policy: accuracy@1 on the validation records (greedy, one response each);
 - GenRM: Pearson correlation between its parsed score and the verifiable correctness of
-  held-out (problem, candidate response) pairs.
+  held-out (problem, candidate response) pairs;
+- where a worked response first goes wrong (``first_step_error``), which says what a
+  policy has not learned (copying the problem's numbers, carrying, the arithmetic).
 """
 
 from __future__ import annotations
@@ -12,6 +14,10 @@ from dataclasses import dataclass
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
+
+from pivot.data.arithmetic import Problem
+from pivot.data.chains import chain_steps, parse_step
+from pivot.rewards.verifiable import is_correct
 
 
 @torch.no_grad()
@@ -61,3 +67,37 @@ class GenRMEval:
     mean_score_correct: float
     mean_score_wrong: float
     n: int
+
+
+STEP_ERRORS = ("copy", "carry", "arithmetic", "stopped_early", "extra_steps", "garbled",
+               "answer")
+"""The kinds ``first_step_error`` returns."""
+
+
+def first_step_error(problem: Problem, response: str) -> str | None:
+    """Where a worked response to a chain problem (``pivot.data.chains``) first goes wrong,
+    or None when it is correct.
+
+    Its step lines are compared with the chain's in order; at the first that differs:
+    ``copy`` (the problem's start value, operator or operand copied wrong), ``carry`` (a
+    step that does not start from the previous line's result), ``arithmetic`` (right
+    operands, wrong result), ``garbled`` (a line that is no step). Past the last line:
+    ``stopped_early``; with every step right: ``extra_steps`` (more lines than steps) or
+    ``answer`` (a wrong or missing answer line).
+    """
+    if is_correct(response, str(problem.answer)):
+        return None
+    lines = [ln for ln in response.strip().splitlines()
+             if not ln.strip().lower().startswith(("answer", "score"))]
+    for i, step in enumerate(chain_steps(problem.expression)):
+        if i >= len(lines):
+            return "stopped_early"
+        given = parse_step(lines[i])
+        if given is None:
+            return "garbled"
+        if given == step:
+            continue
+        if given[0] != step[0]:
+            return "copy" if i == 0 else "carry"
+        return "copy" if given[1:3] != step[1:3] else "arithmetic"
+    return "extra_steps" if len(lines) > len(chain_steps(problem.expression)) else "answer"
