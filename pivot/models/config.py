@@ -61,7 +61,11 @@ class BuildConfig:
         vocab_size / genrm_vocab_size: the two BPE tokenizers' target sizes.
         tokenizer_corpus: examples of each kind used to train the tokenizer.
         policy_examples / genrm_examples: SFT set sizes.
-        policy_sft / genrm_sft: SFT schedules.
+        policy_sft / genrm_sft: SFT schedules. The policy's peak lr is 2e-3: at 5e-3 the
+            one-step sums came out learned or half learned (accuracy 0.60-1.00) with the
+            seed and the machine's summation order, so the build's accuracy@1 ranged
+            0.22-0.58 across machines; at 2e-3 every seed learns them
+            (``launchers/sft_sweep.py``, STATUS.md).
         genrm_policy_candidates: how many of the GenRM's examples judge the trained
             policy's own greedy responses (the rest judge synthetic candidates).
         genrm_eval_pairs: held-out (problem, candidate) pairs for the GenRM's correlation.
@@ -75,7 +79,7 @@ class BuildConfig:
     tokenizer_corpus: int = 3000
     policy_examples: int = 20_000
     genrm_examples: int = 20_000
-    policy_sft: SFTConfig = SFTConfig(steps=1000, batch_size=32, lr=5e-3, seed=1)
+    policy_sft: SFTConfig = SFTConfig(steps=1000, batch_size=32, lr=2e-3, seed=1)
     genrm_sft: SFTConfig = SFTConfig(steps=600, batch_size=32, lr=5e-3, seed=2)
     genrm_policy_candidates: int = 1500
     genrm_eval_pairs: int = 300
