@@ -380,6 +380,7 @@ class LocalDriver:
                            "migration": _mig(self.fleet.migration),
                            "planner_calls": len(self.control.planner_s),
                            "lengths_fed": self.fleet.lengths_fed,
+                           "sequences_retried": self.fleet.retried,
                            "planner_mean_s": (sum(self.control.planner_s) /
                                               max(len(self.control.planner_s), 1)),
                            "cpu_share": self.cpu_share, "policy_dir": self.policy_dir,

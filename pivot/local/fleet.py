@@ -94,11 +94,14 @@ class Fleet:
             a response is decoded as text and the GenRM's prompt re-encoded from it).
         rollout_spec / judge_spec: sampling of responses and judgements.
         sample_seed: base of per-sequence sampling seeds (deterministic sampling).
+        max_retries: how often a sequence whose engine step failed goes back into its
+            role's queue, resuming from the tokens it had; after that it is kept as it
+            stands (rewarded as written, the failure logged).
     """
 
     def __init__(self, ctl: Any, schedulers: Mapping[Role, ShiftAwareScheduler],
                  codecs: Mapping[str, TextCodec], rollout_spec: SampleSpec,
-                 judge_spec: SampleSpec, sample_seed: int):
+                 judge_spec: SampleSpec, sample_seed: int, max_retries: int = 2):
         self.ctl, self.schedulers = ctl, schedulers
         self.codecs = dict(codecs)
         self.specs = {POLICY: rollout_spec, GENRM: judge_spec}
@@ -110,6 +113,9 @@ class Fleet:
         self.judgements: list[Judgement] = []
         self.migration = MigrationStats()
         self.lengths_fed = 0
+        self.max_retries = max_retries
+        self.retries: dict[int, int] = {}
+        self.retried = 0
         self.lock = asyncio.Lock()
 
     def _spec(self, seq: SequenceState) -> SampleSpec:
@@ -203,11 +209,13 @@ class Fleet:
             elif s is not None:   # finished just before an abort re-queued it
                 sched.queue.remove(sid)
                 del sched.seqs[sid]
+            if res.finish_reason == "error" and self.requeue_failed(role, res):
+                continue
             seq = self.port.sequences.pop(sid)
+            self.port.logprobs.pop(sid, None)
+            self.retries.pop(sid, None)
             t = self.trajs[sid // 2]
             processed = seq.prompt_len + len(res.tokens)
-            if res.finish_reason == "error":
-                log.error("sequence %d failed: %s", sid, res.error)
             if role is Role.ROLLOUT:
                 self.responses.append(Response(t.traj_id, list(res.tokens), list(res.logprobs),
                                                self.codecs[POLICY].decode(res.tokens),
@@ -220,6 +228,33 @@ class Fleet:
                     len(res.tokens)))
         self.feed_lengths(self.port.lengths)
         yield from self.dispatch_steps()
+
+    def will_retry(self, res: SeqResult) -> bool:
+        """Whether a collected result is a failure the fleet queues again (not final)."""
+        return (res.finish_reason == "error"
+                and self.retries.get(res.seq_id, 0) < self.max_retries)
+
+    def requeue_failed(self, role: Role, res: SeqResult) -> bool:
+        """Puts a sequence whose engine step failed back into ``role``'s queue, resuming
+        from the tokens it had (as a migrated sequence does, sec. 6.2), unless it failed
+        ``max_retries`` times already. Returns whether it was queued again."""
+        sid = res.seq_id
+        tries = self.retries.get(sid, 0)
+        if not self.will_retry(res):
+            log.error("sequence %d failed %d times; kept with its %d tokens: %s", sid,
+                      tries + 1, len(res.tokens), res.error)
+            return False
+        self.retries[sid] = tries + 1
+        self.retried += 1
+        seq = self.port.sequences[sid]
+        seq.generated_tokens, seq.generated_len = list(res.tokens), len(res.tokens)
+        self.port.logprobs[sid] = list(res.logprobs)
+        seq.replica_id = None
+        log.warning("sequence %d failed (%s); queued again from its %d tokens (retry %d "
+                    "of %d)", sid, res.error, len(res.tokens), tries + 1, self.max_retries)
+        self.schedulers[role].submit(SequenceState(
+            sid, seq.model, seq.prompt_len, seq.max_new_tokens, generated_len=len(res.tokens)))
+        return True
 
     def feed_lengths(self, lengths: Mapping[str, Mapping[int, int]]) -> int:
         """Engine progress back to the schedulers (``update_lengths``): the monitor and

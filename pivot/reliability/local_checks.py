@@ -68,6 +68,8 @@ class LocalCheckStats:
         aborted_with_tokens: distinct sequences aborted after generating >= 1 token.
         resumed: sequences that finished after such an abort with their prefix intact.
         finished: sequences the port returned finished.
+        failed_steps: sequences returned by a failed engine step that the fleet queued
+            again (their tokens recorded as at an abort).
         check_s: wall seconds spent checking.
         violations: violated invariants (all counted; the first ``max_kept`` kept).
     """
@@ -79,6 +81,7 @@ class LocalCheckStats:
     aborted_with_tokens: int = 0
     resumed: int = 0
     finished: int = 0
+    failed_steps: int = 0
     check_s: float = 0.0
     violations: int = 0
     messages: list[str] = field(default_factory=list)
@@ -193,7 +196,15 @@ class LocalChecker:
         """Finished sequences: tokens start with their recorded prefix; none finishes
         twice. The port has set each one's final tokens (``_finish``) and still holds it."""
         out: list[str] = []
+        retry = getattr(self.fleet, "will_retry", lambda res: False)
         for sid, res in done.items():
+            if retry(res):
+                self.stats.failed_steps += 1
+                seq = self.port.sequences[sid]
+                out += self.ledger.observe_one(sid, seq)
+                if seq.generated_tokens:
+                    self._with_tokens.add(sid)
+                continue
             self.stats.finished += 1
             if sid in self._finished:
                 out.append(f"I1 sequence {sid} finished twice")

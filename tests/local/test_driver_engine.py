@@ -48,6 +48,7 @@ def test_each_deployment_trains_a_few_steps_within_the_staleness_bound(name, sta
     assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 3
     # the engines fed real lengths back to the schedulers
     assert res.extra["lengths_fed"] > 0
+    assert res.extra["sequences_retried"] == 0   # no engine step failed
     # a deployment switch restarts no engine: same slot processes
     assert [stack.ctl.describe(d)["pid"] for d in range(stack.group.devices)] == pids
     if name in ("pivotrl", "colocated", "rr_colocated"):

@@ -52,6 +52,11 @@ class FakeEngine:
         toks = toks if tokens is None else tokens
         self.done[sid] = SeqResult(sid, p, toks, [0.0] * len(toks), "length")
 
+    def fail(self, sid: int):
+        """As a failed engine step ends a sequence: tokens so far, reason "error"."""
+        p, toks = self.live.pop(sid)
+        self.done[sid] = SeqResult(sid, p, toks, [0.0] * len(toks), "error", "injected")
+
     def poll(self):
         out, self.done = self.done, {}
         return out, {s: p + len(t) for s, (p, t) in self.live.items()}
@@ -161,6 +166,31 @@ def test_a_clean_run_through_abort_and_resume_has_no_violation(run):
     assert c["checks"] == {"tick": 2, "poll": 2, "end": 1} and c["slot_checks"] == 3
     assert c["aborts"] == 4 and c["aborted_with_tokens"] == 4 and c["resumed"] == 4
     assert c["finished"] == 8 and c["prefix_checks"] == 12
+
+
+def test_a_sequence_whose_engine_step_failed_resumes_from_its_tokens(run):
+    """A failed step loses nothing: the sequence goes back to the queue with its tokens
+    and finishes on the next dispatch; after ``max_retries`` failures it is kept as it
+    stands."""
+    eng = run.ctl.engines[0]
+    eng.step(7)
+    first, last = min(eng.live), max(eng.live)
+    eng.fail(first)
+    run.fleet.poll()                       # queued again and dispatched to r0 at once
+    assert run.fleet.responses == [] and eng.live[first][1] == [7]
+    assert run.fleet.retried == 1 and run.fleet.retries == {first: 1}
+    eng.step(9)
+    eng.finish(first)
+    run.fleet.max_retries = 0              # the next failure is final
+    eng.fail(last)
+    run.fleet.poll()
+    got = {2 * r.traj_id: r for r in run.fleet.responses}
+    assert got[first].tokens == [7, 9] and got[first].finish_reason == "length"
+    assert got[last].tokens == [7, 9] and got[last].finish_reason == "error"
+    assert run.fleet.retries == {} and last not in run.scheds[Role.ROLLOUT].seqs
+    c = run.checker.report()
+    assert c["violations"] == 0, c["messages"]
+    assert c["failed_steps"] == 1 and c["resumed"] == 1
 
 
 def test_a_resumed_sequence_whose_tokens_lost_their_prefix_is_caught(run):

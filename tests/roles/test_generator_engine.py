@@ -63,6 +63,42 @@ def test_aborted_and_resumed_greedy_equals_uninterrupted(engine, weights):
         assert res.logprobs == pytest.approx(whole[i].logprobs, abs=LOGPROB_TOL)
 
 
+def test_a_failed_step_keeps_the_tokens_and_they_resume(engine, weights, monkeypatch):
+    """A step that raises in the step loop ends the running sequences with reason "error"
+    and the tokens of the steps before it; vLLM drops them, and resumed from those tokens
+    they finish as an uninterrupted run does (the fleet's retry, greedy)."""
+    from pivot.roles.engine.loop import StepLoop
+
+    engine.load_weights(weights[1])
+    whole = run_greedy(engine, PROMPTS, 600)
+    real, calls = engine.llm.step, []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) == 4:
+            raise RuntimeError("injected step failure")
+        return real()
+
+    monkeypatch.setattr(engine.llm, "step", flaky)
+    loop = StepLoop(engine)
+    try:
+        assert loop.submit([GenRequest(700 + i, p, GREEDY) for i, p in enumerate(PROMPTS)]
+                           ) == [None] * len(PROMPTS)
+        failed = loop.wait(range(700, 700 + len(PROMPTS)), timeout_s=60)
+    finally:
+        loop.close()
+    assert isinstance(loop.error, RuntimeError)
+    assert not engine.live and not engine.llm.has_unfinished_requests()
+    for i in range(len(PROMPTS)):
+        res = failed[700 + i]
+        assert res.finish_reason == "error" and "injected step failure" in res.error
+        assert len(res.tokens) == 3 and res.tokens == whole[i].tokens[:3]
+    resumed = engine.run([GenRequest(s, PROMPTS[s - 700], GREEDY, r.tokens, r.logprobs)
+                          for s, r in failed.items()])
+    for i in range(len(PROMPTS)):
+        assert resumed[700 + i].tokens == whole[i].tokens
+
+
 def test_bad_requests_fail_alone(engine, weights):
     engine.load_weights(weights[0])
     good = run_greedy(engine, PROMPTS[:2], 600)

@@ -68,9 +68,8 @@ class StepLoop:
                 except BaseException as e:  # the loop must not die silently
                     log.exception("engine step failed")
                     self.error = e
-                    for s in list(self.engine.live):
-                        self.done[s] = SeqResult(s, 0, [], [], "error", f"step failed: {e}")
-                    self.engine.live.clear()
+                    self.done.update(self.engine.fail_running(
+                        f"step failed: {type(e).__name__}: {e}"))
                 self.cond.notify_all()
             time.sleep(0)  # let waiting callers take the lock between steps
             while self._waiting and not self._stop:

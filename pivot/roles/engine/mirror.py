@@ -36,8 +36,8 @@ from pivot.roles.engine.tp import broadcast_from
 log = logging.getLogger(__name__)
 R = TypeVar("R")
 
-MIRRORED = ("submit", "abort", "step", "load_weights", "release_kv", "reallocate_kv",
-            "release_weights", "release")
+MIRRORED = ("submit", "abort", "step", "fail_running", "load_weights", "release_kv",
+            "reallocate_kv", "release_weights", "release")
 """The ``VllmEngine`` calls that change engine state, in the order rank 0 ran them."""
 _STOP = "__stop__"
 _LOAD_AT = "__load_weights_at__"

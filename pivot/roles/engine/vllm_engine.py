@@ -184,6 +184,23 @@ class VllmEngine:
             out[s] = self._result(self.live.pop(s), "abort")
         return out
 
+    def fail_running(self, error: str) -> dict[int, SeqResult]:
+        """Ends every running sequence after a failed engine step: each comes back with
+        finish reason "error", ``error`` set and every token it generated before the
+        failed step, so the caller can resume it elsewhere; vLLM drops the requests too
+        (best effort: after a failed step the engine's own state may be inconsistent)."""
+        ids = list(self.live)
+        try:
+            self.llm.abort_request([str(s) for s in ids])
+        except Exception:  # noqa: BLE001 - the results below must come back regardless
+            log.exception("aborting %d sequences after a failed step", len(ids))
+        out = {}
+        for s in ids:
+            res = self._result(self.live.pop(s), "error")
+            res.error = error
+            out[s] = res
+        return out
+
     def step(self) -> list[SeqResult]:
         """One engine step (prefill chunks and one decode token per running sequence);
         returns the sequences that finished in it."""
