@@ -11,6 +11,7 @@ each step count 1-10, and where the wrong responses first go wrong
 (``pivot.models.evaluate.first_step_error``). ``--threads 1`` stands in for another
 machine: the build's weights are bit-identical for one thread count, not across them.
 The GenRM is not trained (it does not depend on these fields but on the policy's outputs).
+``--save DIR`` keeps each run's policy (HF format) for ``launchers/reference_grpo.py``.
 """
 
 from __future__ import annotations
@@ -56,10 +57,13 @@ def main() -> None:
     ap.add_argument("--threads", type=int, nargs="+", default=[2])
     ap.add_argument("--per_level", type=int, default=64)
     ap.add_argument("--out", default="results/local/sft_sweep.json")
+    ap.add_argument("--save", default=None,
+                    help="folder to save each run's policy in (HF format, with its "
+                         "tokenizer; a subfolder per run), e.g. for reference_grpo.py")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
-    from pivot.models.build import evaluate_policy, policy_data, train_model
+    from pivot.models.build import evaluate_policy, policy_data, save_model, train_model
     from pivot.models.config import BuildConfig
 
     cfg = BuildConfig()
@@ -76,6 +80,10 @@ def main() -> None:
                "sft_seconds": info["sft_seconds"], "final_loss": info["final_loss"],
                "val_accuracy_at_1": round(val.accuracy_at_1, 4),
                **chain_report(model, tok, args.per_level)}
+        if args.save:
+            run["saved"] = str(Path(args.save) / f"lr{lr:g}_steps{sft.steps}_seed{seed}"
+                                                  f"_threads{threads}")
+            save_model(model, tok, Path(run["saved"]))
         runs.append(run)
         lv = run["by_level"]
         print(f"lr {lr:g} steps {sft.steps} seed {seed} threads {threads}: "

@@ -182,7 +182,8 @@ def train_model(name: str, arch: ArchConfig, tok: PreTrainedTokenizerFast,
                    "final_loss": round(sum(losses[-10:]) / len(losses[-10:]), 4)}
 
 
-def _save(model, tok, out: Path) -> None:
+def save_model(model, tok, out: Path) -> None:
+    """Writes ``model`` and ``tok`` to ``out`` in HF format (replacing it), greedy by default."""
     if out.exists():
         shutil.rmtree(out)
     model.generation_config = GenerationConfig(
@@ -219,7 +220,7 @@ def build_models(cache_dir: str | os.PathLike[str] | None = None,
         logger.info("policy built: %d parameters, SFT %.0f s, accuracy@1 %.2f", r["params"],
                     r["sft_seconds"], r["accuracy_at_1"])
         logger.debug("policy: %s", r)
-        _save(policy, tok, p.policy)
+        save_model(policy, tok, p.policy)
         genrm, results["genrm"] = train_model("genrm", cfg.genrm_arch, gtok,
                                               genrm_examples(cfg, problems, policy, tok),
                                               cfg.genrm_sft)
@@ -227,7 +228,7 @@ def build_models(cache_dir: str | os.PathLike[str] | None = None,
         logger.info("GenRM built: %d parameters, SFT %.0f s", results["genrm"]["params"],
                     results["genrm"]["sft_seconds"])
         logger.debug("genrm: %s", results["genrm"])
-        _save(genrm, gtok, p.genrm)
+        save_model(genrm, gtok, p.genrm)
         if p.tokenizer.exists():
             shutil.rmtree(p.tokenizer)
         tok.save_pretrained(p.tokenizer)
