@@ -35,7 +35,7 @@ def test_wheel_holds_every_subpackage(tmp_path: Path):
     src = tmp_path / "src"
     shutil.copytree(REPO_ROOT / "pivot", src / "pivot",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    for f in ("pyproject.toml", "README.md"):
+    for f in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(REPO_ROOT / f, src / f)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                     "-q", "-w", str(tmp_path / "dist"), str(src)], check=True,
