@@ -135,7 +135,7 @@ class LocalDriver:
                  throughput: tuple[float, float, float, float] = (2e-6, 0.012, 6e-4, 0.002),
                  judge_throughput: tuple[float, float, float, float] | None = None,
                  tau_inference: float = 0.5, tau_training: float = 1.0,
-                 cpu_share: float = 0.5, lr: float = 3e-4, eval_every: int = 0,
+                 cpu_share: float = 0.5, lr: float = 1e-4, eval_every: int = 0,
                  resume: bool = False, run_dir: str | None = None, stack=None,
                  observer: Any = None):
         cores = os.cpu_count() or 1

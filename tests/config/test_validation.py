@@ -72,7 +72,7 @@ def test_default_of_reads_signatures_of_classes_dataclasses_and_gin_wrappers():
     from pivot.local.driver import LocalDriver
     from pivot.planner import PivotPlanner
     from pivot.reliability.soak import SoakConfig
-    assert default_of(LocalDriver, "lr") == 3e-4
+    assert default_of(LocalDriver, "lr") == 1e-4
     assert default_of(PivotPlanner, "H") == 60.0
     assert default_of(SoakConfig, "kill_rate") == SoakConfig.kill_rate
     with pytest.raises(TypeError, match="no default for 'group'"):
@@ -164,7 +164,7 @@ def test_the_local_learning_rate_default_is_the_bound_one():
     from pivot.local.driver import LocalDriver
     gin_setup.parse(["gin/tiny_cpu.gin"], [])
     d = gin_setup.build()
-    assert d.lr == default_of(LocalDriver, "lr") == 3e-4
+    assert d.lr == default_of(LocalDriver, "lr") == 1e-4
 
 
 def test_the_ablation_planners_take_pivot_planners_H_binding():
