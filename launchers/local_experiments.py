@@ -28,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from pivot.paths import REPO_ROOT as ROOT
@@ -113,7 +114,8 @@ def summarize(res: dict) -> dict:
             "gps_write_s": [m.get("gps/write_s") for m in steps],
             "rollout_refresh_s": [m.get("gps/rollout_refresh_s") for m in steps],
             "val_acc": [m.get("val/accuracy_at_1") for m in steps],
-            "lengths_fed": res.get("lengths_fed"), "migration": res["migration"]}
+            "lengths_fed": res.get("lengths_fed"), "migration": res["migration"],
+            "lengths": res.get("lengths")}
 
 
 def run_result(tag: str, row: dict) -> dict:
@@ -140,7 +142,8 @@ def run_one(dep: str, seed: int, steps: int, run_dir: Path, stack, eval_every: i
 
 
 def run_all(runs: list[tuple[str, int]], steps: int, eval_every: int, tag: str,
-            warmup_steps: int = 3) -> list[dict]:
+            warmup_steps: int = 3, report: Callable[[str], None] = print) -> list[dict]:
+    """Runs every (deployment, seed) on one stack; ``report`` gets a line per run."""
     from pivot.local.stack import LocalStack
 
     # a driver's constructor only checks; it gives the stack its gin-configured settings
@@ -158,15 +161,17 @@ def run_all(runs: list[tuple[str, int]], steps: int, eval_every: int, tag: str,
             shutil.rmtree(OUT / "runs" / "warmup", ignore_errors=True)
             log.info("warm-up run (%d steps, discarded) in %.1f s", warmup_steps,
                      time.perf_counter() - t)
-        for dep, seed in runs:
+        for i, (dep, seed) in enumerate(runs):
             run_dir = OUT / "runs" / f"{tag}_{dep}_s{seed}"
             res = run_one(dep, seed, steps, run_dir, stack, eval_every)
             (run_dir / "result.json").write_text(json.dumps(res))
             row = summarize(res)
             row["stack_startup_s"] = stack.startup_s
             rows.append(row)
-            log.info("%s seed %d: %.1f tok/s, %d shifts, %.0f s", dep, seed,
-                     row["throughput"] or 0, row["shifts"], row["wall_s"])
+            acc = [v for v in row["val_acc"] if v is not None]
+            report(f"[{i + 1}/{len(runs)}] {dep} seed {seed}: {row['throughput'] or 0:,.0f} "
+                   f"tok/s, {row['shifts']} shifts, {row['wall_s']:.0f} s"
+                   + (f", val acc@1 {acc[-1]:.3f}" if acc else ""))
     finally:
         stack.close()
     return rows
@@ -258,6 +263,9 @@ def main() -> int:
                         "engines before the measured runs (0: none)")
     p.add_argument("--H", type=float, nargs="+", default=[1.0, 3.0, 10.0, 60.0],
                    help="sensitivity: the time windows H (s) to run PivotRL with")
+    p.add_argument("--verbose", action="store_true",
+                   help="every library's log on the console too (always in "
+                        "results/local/runs/<out or what>/run.log)")
     p.add_argument("--from_throughput", action="store_true",
                    help="trace: take the PivotRL run of results/local/throughput.json "
                         "instead of running a new one")
@@ -317,7 +325,12 @@ def main() -> int:
         deployment_of(d)
     t = time.perf_counter()
     name = a.out or a.what
-    rows = run_all([(d, s) for s in seeds for d in deps], steps, ev, name, a.warmup_steps)
+    from pivot.console import session
+    with session(OUT / "runs" / name, verbose=a.verbose) as con:
+        con.line(f"{a.what}: {len(deps)} deployments x {len(seeds)} seeds x {steps} steps on "
+                 f"one stack; library logs in {con.log_path}")
+        rows = run_all([(d, s) for s in seeds for d in deps], steps, ev, name,
+                       a.warmup_steps, report=con.line)
     if a.what == "trace":   # fig. 10 draws the first run's allocation trace
         rows[0]["trace"] = run_result(name, rows[0])["trace"]
     out = {"what": a.what, "tag": name, "steps": steps, "wall_s": time.perf_counter() - t,
