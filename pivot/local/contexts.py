@@ -73,7 +73,8 @@ class SlotGeneratorContext(GeneratorContext):
         if self._kv_heads is None:
             hf = read_hf_config(self.cfg.model)[0]
             self._kv_heads = int(hf.get("num_key_value_heads", hf["num_attention_heads"]))
-        split = functools.partial(vllm_tp_split_dim, tp=k, kv_heads=self._kv_heads)
+        split = functools.partial(vllm_tp_split_dim, tp=k, kv_heads=self._kv_heads,
+                                  expert_parallel=self.cfg.expert_parallel)
         layout = ParallelLayout.create(meta, tp=k, split_dim=split)
         if version is None:
             version = self.source.latest(self.model)

@@ -53,6 +53,9 @@ class LocalGroup:
             replica (TP x EP); the ``cpu`` engines serve a full copy per slot (1).
         load_format: vLLM's ``load_format`` (``dummy``: random weights of the real shapes,
             for a model group whose checkpoints are not at hand).
+        expert_parallel: a replica of several devices of an MoE model divides the
+            experts among them (EP, as the paper serves its MoE GenRMs; attention stays
+            TP); False slices every expert instead. Dense models ignore it.
     """
 
     name: str = "tiny_cpu"
@@ -73,6 +76,7 @@ class LocalGroup:
     policy_replica_devices: int = 1
     genrm_replica_devices: int = 1
     load_format: str = "auto"
+    expert_parallel: bool = True
 
     def __post_init__(self) -> None:
         self.check()
@@ -81,7 +85,7 @@ class LocalGroup:
         """Every field, then the slots against this machine (run again by the stack)."""
         for k in ("name", "policy_dir", "genrm_dir"):
             check_text(f"LocalGroup.{k}", getattr(self, k))
-        for k in ("random_if_missing", "ignore_eos"):
+        for k in ("random_if_missing", "ignore_eos", "expert_parallel"):
             check_bool(f"LocalGroup.{k}", getattr(self, k))
         check_range("LocalGroup.devices", self.devices, 2, integer=True,
                     why="the local driver needs >= 2 device slots (rollout/reward and "

@@ -97,11 +97,16 @@ class LocalStack:
         g = self.group
         g.check()
         self.policy_dir, self.genrm_dir = g.model_dirs()
-        from pivot.roles.engine.tp import check_tp_size
-        # a model's replicas of k > 1 devices are TP blocks, their engines fixed at start
+        from pivot.roles.engine.tp import check_ep_size, check_tp_size, moe_experts
+        # a model's replicas of k > 1 devices are TP blocks (an MoE's experts EP), their
+        # engines fixed at start
         tp = {MODEL_OF_ROLE[r]: k for r, k in g.replica_devices.items()}
+        ep = {}
         for m, d in ((POLICY, self.policy_dir), (GENRM, self.genrm_dir)):
             check_tp_size(d, tp[m])   # before any process starts
+            ep[m] = g.expert_parallel and tp[m] > 1 and moe_experts(d) > 0
+            if ep[m]:
+                check_ep_size(d, tp[m])
         cache = str(Path("cache").resolve())
         ensure_client_tmpdir(Path(cache) / "tmp")  # Monarch's sockets (pivot.compat.monarch)
         # each model its own tokenizer: text crosses from rollout to reward, never ids
@@ -128,7 +133,8 @@ class LocalStack:
         self.engine_configs = {
             m: EngineConfig(d, max_model_len=self.max_model_len, num_blocks=g.num_blocks,
                             cache_dir=cache, seed=self.seed, dtype=g.backend.dtype,
-                            load_format=g.load_format, tensor_parallel_size=tp[m])
+                            load_format=g.load_format, tensor_parallel_size=tp[m],
+                            expert_parallel=ep[m])
             for m, d in ((POLICY, self.policy_dir), (GENRM, self.genrm_dir))}
         ecfg = {r: self.engine_configs[MODEL_OF_ROLE[r]] for r in INFERENCE_ROLES}
         self.kv_capacities = {r: c.kv_capacity for r, c in ecfg.items()}

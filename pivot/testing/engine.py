@@ -11,15 +11,27 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM
 
 
 def random_state_dict(model_dir: str | Path, seed: int) -> dict[str, torch.Tensor]:
-    """A fresh random state dict (HF names) with the shapes of the model in ``model_dir``."""
-    cfg = Qwen3Config.from_pretrained(model_dir)
+    """A fresh random state dict (HF names) with the shapes of the model in ``model_dir``.
+
+    An MoE's is in its checkpoint's names (one tensor per expert, as GPS stores it and
+    vLLM loads it; transformers 5 fuses the experts in memory), drawn here from the
+    checkpoint's names and shapes: norms 1, the rest normal with the config's
+    ``initializer_range``, the same on every rank of a replica."""
+    cfg = AutoConfig.from_pretrained(model_dir)   # Qwen3, or Qwen3-MoE
     torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(cfg).to(torch.float32)
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+    if not getattr(cfg, "num_experts", 0):
+        model = AutoModelForCausalLM.from_config(cfg).to(torch.float32)
+        return {k: v.detach().clone() for k, v in model.state_dict().items()}
+    from pivot.roles.engine.config import read_hf_weights
+
+    g = torch.Generator().manual_seed(seed)
+    return {k: torch.ones(v.shape) if k.endswith("norm.weight") else
+            torch.randn(v.shape, generator=g) * cfg.initializer_range
+            for k, v in sorted(read_hf_weights(model_dir).items())}
 
 
 M_PERTURB = -6

@@ -51,6 +51,27 @@ def test_run_py_reports_a_bad_binding_without_starting_engines():
     assert "slots with engines up" not in out.stderr
 
 
+def test_run_py_refuses_experts_that_do_not_divide_among_a_replica(tmp_path):
+    """An MoE GenRM's replica of 2 slots divides its experts among them (EP); 3 experts
+    do not divide, so the stack refuses before any process starts."""
+    from pivot.roles.engine.tiny import make_tiny_qwen3, make_tiny_qwen3_moe
+
+    policy = make_tiny_qwen3(tmp_path / "policy")
+    genrm = make_tiny_qwen3_moe(tmp_path / "genrm", experts=3)
+    out = subprocess.run([
+        sys.executable, "launchers/run.py", "--gin", "gin/tiny_cpu.gin", "--gin",
+        "gin/local/pivotrl.gin", "--gin", "gin/local/tp2.gin",
+        "--gin_param", "LocalGroup.policy_replica_devices = 1",
+        "--gin_param", "LocalGroup.genrm_replica_devices = 2",
+        "--gin_param", f"LocalGroup.policy_dir = '{policy}'",
+        "--gin_param", f"LocalGroup.genrm_dir = '{genrm}'"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2, out.stderr[-2000:]
+    said = out.stdout + out.stderr
+    assert "3 experts do not divide among 2 expert-parallel ranks" in said
+    assert "slots with" not in said
+
+
 def test_a_tp_replica_needs_a_process_per_role_and_whole_replicas():
     from pivot.local.deployments import split_deployment
     from pivot.local.driver import LocalDriver

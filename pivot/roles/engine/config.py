@@ -44,6 +44,9 @@ class EngineConfig:
             builds its rank's engine with vLLM's ``external_launcher`` (torchrun's
             variables set, ``pivot.roles.engine.tp.torchrun_env``) and rank 0 mirrors
             every engine call to the others (``pivot.roles.engine.mirror``).
+        expert_parallel: an MoE model's replica divides its experts among its
+            ``tensor_parallel_size`` ranks (vLLM's ``enable_expert_parallel``, as the
+            paper's MoE GenRMs are served) instead of slicing every expert.
     """
 
     model: str
@@ -58,6 +61,7 @@ class EngineConfig:
     dtype: str = "float32"
     load_format: str = "auto"
     tensor_parallel_size: int = 1
+    expert_parallel: bool = False
 
     @property
     def kv_capacity(self) -> int:

@@ -12,7 +12,12 @@ except where vLLM cuts otherwise, which are Read whole:
   to a multiple of 64 rows, so rank 0 of a 308-row vocabulary at TP 2 holds rows 0-159,
   not GPS's 0-153);
 - k/v projections whose KV heads do not divide by k (vLLM replicates them on several
-  ranks; ``num_kv_head_replicas``).
+  ranks; ``num_kv_head_replicas``);
+- an MoE's experts under expert parallelism (``enable_expert_parallel``): each rank holds
+  whole experts, not a slice of every expert, so GPS's even ranges do not describe what
+  it loads; each rank Reads every expert whole and its loaders keep their own
+  (TP without EP slices each expert's intermediate dim as a dense MLP, which the
+  Megatron split describes).
 
 ``RankShards`` holds what a rank Read and gives each tensor back at its full shape, built
 when the loader asks for it (one at a time): the rank's range is the Read, the rest is
@@ -32,13 +37,14 @@ from pivot.shifting.params import tensor_bytes
 
 _VOCAB = re.compile(r"(embed_tokens|lm_head)\.weight$")
 _KV = re.compile(r"(k_proj|v_proj)\.(weight|bias)$")
+_EXPERT = re.compile(r"\.experts\.\d+\.")
 
 
-def vllm_tp_split_dim(name: str, shape: Sequence[int], *, tp: int,
-                      kv_heads: int) -> int | None:
+def vllm_tp_split_dim(name: str, shape: Sequence[int], *, tp: int, kv_heads: int,
+                      expert_parallel: bool = False) -> int | None:
     """The dim along which vLLM's loaders give TP rank r the r-th of ``tp`` even ranges of
     the HF parameter ``name``; None: the rank reads it whole (see the module docstring)."""
-    if _VOCAB.search(name):
+    if _VOCAB.search(name) or (expert_parallel and _EXPERT.search(name)):
         return None
     if _KV.search(name) and kv_heads % tp:
         return None

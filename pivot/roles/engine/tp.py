@@ -69,6 +69,35 @@ def check_tp_size(model_dir: str | Path, tp: int) -> None:
                           f"divides the heads (ModelProfile.devices)")
 
 
+_EXPERT_KEYS = ("num_experts", "n_routed_experts", "num_local_experts")
+
+
+def moe_experts(model_dir: str | Path) -> int:
+    """Routed experts per MoE layer of the model's ``config.json`` (Qwen3-MoE's
+    ``num_experts``, DeepSeek's ``n_routed_experts``, Mixtral's ``num_local_experts``);
+    0 for a dense model."""
+    from pivot.roles.engine.config import read_hf_config
+
+    cfg = read_hf_config(model_dir)[0]
+    return max((int(cfg.get(k) or 0) for k in _EXPERT_KEYS), default=0)
+
+
+def check_ep_size(model_dir: str | Path, ep: int) -> None:
+    """ConfigError unless the model is an MoE whose experts divide among ``ep`` ranks
+    (vLLM's expert parallelism: with ``enable_expert_parallel`` a replica of ``ep``
+    devices gives each rank ``experts / ep`` whole experts instead of a TP slice of
+    every expert)."""
+    experts = moe_experts(model_dir)
+    where = Path(model_dir) / "config.json"
+    if experts == 0:
+        raise ConfigError(f"{where}: expert parallelism asked for a dense model (no "
+                          f"{' / '.join(_EXPERT_KEYS)}); turn it off for this model")
+    if ep < 1 or experts % ep:
+        raise ConfigError(f"{where}: {experts} experts do not divide among {ep} "
+                          f"expert-parallel ranks; pick a replica size that divides them "
+                          f"(ModelProfile.devices)")
+
+
 @dataclass(frozen=True, slots=True)
 class AddRequest:
     """One request to add: token ids and greedy-or-sampled generation settings."""
@@ -114,11 +143,12 @@ def broadcast_decision(decision: StepDecision | None, src: int = 0,
     return broadcast_from(decision, group, src)
 
 
-def build_engine(model_dir: str | Path, tp: int, *, num_blocks: int = 64,
-                 block_size: int = 32, max_model_len: int = 512, max_num_seqs: int = 8,
-                 seed: int = 0):
+def build_engine(model_dir: str | Path, tp: int, *, ep: bool = False,
+                 num_blocks: int = 64, block_size: int = 32, max_model_len: int = 512,
+                 max_num_seqs: int = 8, seed: int = 0):
     """A vLLM ``LLMEngine`` in this process: TP=1 on the in-process executor, TP>1 as
-    this rank's part of an ``external_launcher`` replica (torchrun variables set)."""
+    this rank's part of an ``external_launcher`` replica (torchrun variables set);
+    ``ep``: an MoE's experts divided among the ranks (``enable_expert_parallel``)."""
     from vllm import EngineArgs
 
     from pivot.compat import vllm as vc
@@ -128,11 +158,25 @@ def build_engine(model_dir: str | Path, tp: int, *, num_blocks: int = 64,
     if tp > 1:
         vc.replica_unique_cpu_shm()   # else a second replica on this machine cannot start
     extra = {"distributed_executor_backend": "external_launcher"} if tp > 1 else {}
+    if ep:
+        extra.update(expert_parallel_args(model_dir, tp))
     return vc.llm_engine_class().from_engine_args(EngineArgs(
         model=str(model_dir), dtype="float32", tensor_parallel_size=tp,
         block_size=block_size, num_gpu_blocks_override=num_blocks,
         max_model_len=max_model_len, max_num_seqs=max_num_seqs, enforce_eager=True,
         enable_prefix_caching=True, enable_chunked_prefill=False, seed=seed, **extra))
+
+
+def expert_parallel_args(model_dir: str | Path, ep: int) -> dict[str, Any]:
+    """vLLM's engine arguments for an expert-parallel replica of ``ep`` ranks, checked
+    (``check_ep_size``); on vLLM's CPU worker it also installs the compat fix without
+    which its MoE kernel reads past a rank's experts (``cpu_moe_expert_map``)."""
+    from pivot.compat import vllm as vc
+
+    check_ep_size(model_dir, ep)
+    if vc.platform_device_type() == "cpu":
+        vc.cpu_moe_expert_map()
+    return {"enable_expert_parallel": True}
 
 
 @dataclass
@@ -211,21 +255,30 @@ def demo_script(n: int = 4, max_tokens: int = 24) -> dict[int, StepDecision]:
             6: StepDecision(aborts=("r1",))}
 
 
+def local_experts(llm) -> list[int]:
+    """Experts this rank's engine holds in each MoE layer (empty for a dense model)."""
+    from pivot.compat import vllm as vc
+
+    model = vc.served_model(vc.driver_worker(llm))
+    return [int(m.w13_weight.shape[0]) for m in model.modules() if hasattr(m, "w13_weight")]
+
+
 def main(argv: list[str] | None = None) -> None:
-    """One rank: ``python -m pivot.roles.engine.tp MODEL_DIR TP OUT.json`` with torchrun's
-    variables set (TP=1 needs none); rank 0 runs ``demo_script``."""
+    """One rank: ``python -m pivot.roles.engine.tp MODEL_DIR TP OUT.json [--ep]`` with
+    torchrun's variables set (TP=1 needs none); rank 0 runs ``demo_script``."""
     p = argparse.ArgumentParser(description=main.__doc__)
     p.add_argument("model_dir")
     p.add_argument("tp", type=int)
     p.add_argument("out")
+    p.add_argument("--ep", action="store_true", help="expert parallelism (an MoE model)")
     args = p.parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
     set_rank_env(int(os.environ.get("LOCAL_RANK", "0")))
     t = time.perf_counter()
-    engine = LockstepEngine(build_engine(args.model_dir, args.tp))
+    engine = LockstepEngine(build_engine(args.model_dir, args.tp, ep=args.ep))
     start_s = time.perf_counter() - t
     out = run_script(engine, demo_script() if rank == 0 else None, rank)
-    out.update(start_s=start_s, tp=args.tp)
+    out.update(start_s=start_s, tp=args.tp, ep=args.ep, experts=local_experts(engine.llm))
     Path(args.out).write_text(json.dumps(out))
 
 

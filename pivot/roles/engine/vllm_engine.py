@@ -119,6 +119,9 @@ class VllmEngine:
             check_tp_size(model_dir, tp)
             vc.replica_unique_cpu_shm()   # else a second replica on a machine cannot start
             extra = {"distributed_executor_backend": "external_launcher"}
+        if cfg.expert_parallel:
+            from pivot.roles.engine.tp import expert_parallel_args
+            extra.update(expert_parallel_args(model_dir, tp))
         t = time.perf_counter()
         try:
             self.llm = LLMEngine.from_engine_args(EngineArgs(

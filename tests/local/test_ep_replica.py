@@ -1,0 +1,102 @@
+"""An expert-parallel GenRM replica inside the slot runtime (issue 15 item 2: "Replicas of
+several GPUs (TP, and EP for MoE GenRMs)"): two slots of one process per role whose
+reward engines are the two ranks of an ``external_launcher`` replica of a tiny Qwen3-MoE
+with ``enable_expert_parallel`` (each rank 2 of the 4 experts of every layer, attention
+TP=2). Rank 0 mirrors every engine call; each rank Reads its part from GPS (the experts
+whole, the rest in halves: ``vllm_tp_split_dim``). Its greedy tokens equal a TP=1 engine's
+on the same weights across sleep/wake cycles, the policy's engines waking in between."""
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from pivot.gps.actor import GPSActor
+from pivot.gps.layout import ModelMeta, plan_storage
+from pivot.local.contexts import GeneratorFactory
+from pivot.roles.engine.config import EngineConfig, read_hf_config, read_hf_weights
+from pivot.roles.engine.requests import GenRequest, SampleSpec
+from pivot.roles.engine.shards import vllm_tp_split_dim
+from pivot.runtime.gps_source import GPSParameterSource
+from pivot.runtime.mesh import MeshController
+from pivot.runtime.ports import free_ports
+from pivot.runtime.provision import spawn_host_service
+from pivot.types import GENRM, POLICY, Role
+
+pytestmark = [pytest.mark.engine, pytest.mark.monarch, pytest.mark.slow]
+
+CACHE = str(Path(__file__).resolve().parents[2] / "cache")
+PROMPTS = [[1, 5 + 7 * i, 17 + i, 42 + 3 * i, 9] for i in range(4)]
+
+
+@pytest.fixture(scope="module")
+def tiny_moe(tmp_path_factory):
+    from pivot.roles.engine.tiny import make_tiny_qwen3_moe
+
+    return str(make_tiny_qwen3_moe(tmp_path_factory.mktemp("models") / "moe", seed=0))
+
+
+@pytest.fixture(scope="module")
+def ep_mesh(tiny_moe):
+    sd = {k: v.to(torch.float32) for k, v in read_hf_weights(tiny_moe).items()}
+    # the rollout role serves the same weights at TP=1: the reference
+    metas = {m: ModelMeta.from_state_dict(m, sd) for m in (POLICY, GENRM)}
+    storage = plan_storage(list(metas.values()), 1, 1 << 30)
+    gps = spawn_host_service("gps_ep", GPSActor, 0, storage, metas)
+    source = GPSParameterSource([gps], metas, storage, (0, 0))
+    for m in (POLICY, GENRM):
+        source.gps.load(m, sd)
+    common = dict(cache_dir=CACHE, num_blocks=64, max_num_seqs=8)
+    factories = {
+        Role.ROLLOUT: GeneratorFactory(Role.ROLLOUT, EngineConfig(tiny_moe, **common),
+                                       source, 2),
+        Role.REWARD: GeneratorFactory(Role.REWARD, EngineConfig(
+            tiny_moe, tensor_parallel_size=2, expert_parallel=True, **common), source, 2,
+            tp_ports=free_ports(1)),
+    }
+    ctl = MeshController.local(2, source, factories, proc_per_role=True,
+                               replica_sizes={Role.REWARD: 2}, call_timeout_s=600.0)
+    yield ctl, sd
+    ctl.stop()
+    source.gps.close()
+    gps.close.call_one().get()
+
+
+def generate(ctl, device: int) -> dict[int, list[int]]:
+    spec = SampleSpec(max_tokens=24, temperature=0.0, logprobs=False, ignore_eos=True)
+    reqs = [GenRequest(i, list(p), spec) for i, p in enumerate(PROMPTS)]
+    assert ctl.invoke(device, "submit", reqs=reqs) == [None] * len(reqs)
+    out: dict[int, list[int]] = {}
+    deadline = time.monotonic() + 300
+    while len(out) < len(reqs) and time.monotonic() < deadline:
+        out.update({s: r.tokens for s, r in ctl.invoke(device, "collect").items()})
+        time.sleep(0.05)
+    assert len(out) == len(reqs), f"unfinished after 300 s: {set(range(4)) - set(out)}"
+    return out
+
+
+def test_an_ep2_genrm_replica_gives_tp1_tokens_across_sleep_wake_cycles(ep_mesh, tiny_moe):
+    m, sd = ep_mesh
+    sh = m.shifter
+    sh.shift_up(Role.ROLLOUT, "ref", (0,))
+    want = generate(m, 0)
+    sh.shift_down("ref")
+    assert all(len(t) == 24 for t in want.values())
+    assert len({tuple(t) for t in want.values()}) == 4
+    for cycle in range(3):
+        sh.shift_up(Role.REWARD, f"ep-{cycle}", (0, 1))
+        assert generate(m, 0) == want, f"cycle {cycle}"
+        sh.shift_down(f"ep-{cycle}", Role.ROLLOUT)
+        sh.shift_up(Role.ROLLOUT, f"between-{cycle}", (1,))   # the other engine wakes
+        sh.shift_down(f"between-{cycle}")
+    # each rank Read the experts whole (its loader keeps its own 2 of 4) and half of
+    # every other split tensor
+    cfg = read_hf_config(tiny_moe)[0]
+    own = sum(v.numel() * v.element_size() // (1 if vllm_tp_split_dim(
+        k, v.shape, tp=2, kv_heads=cfg["num_key_value_heads"], expert_parallel=True)
+        is None else 2) for k, v in sd.items())
+    full = sum(v.numel() * v.element_size() for v in sd.values())
+    for d in (0, 1):
+        ctx = m.describe(d)["contexts"]["reward"]
+        assert ctx["tp_rank"] == d and ctx["read_bytes"] == own < full
