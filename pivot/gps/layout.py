@@ -160,13 +160,16 @@ class ParallelLayout:
 
     Device ``G[r]`` has coordinates ``dp = r // (pp*tp)``, ``stage = (r // tp) % pp``,
     ``tp = r % tp``. ``split_dims`` lists, per parameter, the dim TP splits (None:
-    replicated); a parameter missing from it is replicated.
+    replicated); a parameter missing from it is replicated. ``owners`` lists parameters
+    held whole by one TP rank only (an MoE's experts under expert parallelism: the
+    expert's rank holds all of it, the others none); their split dim is None.
     """
 
     dp: int = 1
     tp: int = 1
     pp: int = 1
     split_dims: tuple[tuple[str, int | None], ...] = ()
+    owners: tuple[tuple[str, int], ...] = ()
     _hash: int = field(default=0, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -174,7 +177,16 @@ class ParallelLayout:
             v = getattr(self, k)
             if not isinstance(v, int) or v < 1:
                 raise ConfigError(f"ParallelLayout.{k} must be an int >= 1, got {v!r}")
-        object.__setattr__(self, "_hash", hash((self.dp, self.tp, self.pp, self.split_dims)))
+        split = dict(self.split_dims)
+        for name, r in self.owners:
+            if not isinstance(r, int) or not 0 <= r < self.tp:
+                raise ConfigError(f"ParallelLayout.owners: {name} owned by TP rank {r!r}, "
+                                  f"outside TP={self.tp}")
+            if split.get(name) is not None:
+                raise ConfigError(f"ParallelLayout.owners: {name} is also split along dim "
+                                  f"{split[name]}; a parameter one rank owns is held whole")
+        object.__setattr__(self, "_hash", hash((self.dp, self.tp, self.pp, self.split_dims,
+                                                self.owners)))
 
     def __hash__(self) -> int:
         return self._hash
@@ -182,9 +194,17 @@ class ParallelLayout:
     @classmethod
     def create(cls, model: ModelMeta, *, dp: int = 1, tp: int = 1, pp: int = 1,
                split_dim: Callable[[str, Sequence[int]], int | None] = qwen3_split_dim,
-               ) -> "ParallelLayout":
-        """A layout for ``model`` whose split dims come from ``split_dim(name, shape)``."""
-        return cls(dp, tp, pp, tuple((p.name, split_dim(p.name, p.shape)) for p in model.params))
+               owner: Callable[[str], int | None] | None = None) -> "ParallelLayout":
+        """A layout for ``model`` whose split dims come from ``split_dim(name, shape)`` and
+        whose single-rank parameters (None: every rank's) from ``owner(name)``."""
+        owners = () if owner is None else tuple(
+            (p.name, r) for p in model.params if (r := owner(p.name)) is not None)
+        return cls(dp, tp, pp, tuple((p.name, split_dim(p.name, p.shape))
+                                     for p in model.params), owners)
+
+    def holds(self, name: str, tp_rank: int) -> bool:
+        """Whether a device of TP coordinate ``tp_rank`` holds (part of) ``name``."""
+        return dict(self.owners).get(name, tp_rank) == tp_rank
 
     @property
     def world(self) -> int:

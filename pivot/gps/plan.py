@@ -146,7 +146,7 @@ class Plan:
 
     def target_shapes(self, rank: int) -> dict[str, tuple[int, ...]]:
         """Shape of each parameter shard device ``rank`` holds under ``P`` (do not modify)."""
-        _, stage, _ = self.layout.coords(rank)
+        _, stage, t = self.layout.coords(rank)
         if self._shapes is None:
             split = dict(self.layout.split_dims)
             shapes: dict[int, dict[str, tuple[int, ...]]] = {s: {} for s in
@@ -158,8 +158,10 @@ class Plan:
                     shape[d] //= self.layout.tp
                 shapes[param_stage(p, self.model.num_layers, self.layout.pp)][p.name] = \
                     tuple(shape)
-            self._shapes = shapes
-        return self._shapes[stage]
+            self._shapes = {(s, r): {k: v for k, v in shapes[s].items()
+                                     if self.layout.holds(k, r)}
+                            for s in shapes for r in range(self.layout.tp)}
+        return self._shapes[(stage, t)]
 
     def transfers(self) -> dict[tuple[int, int], list[Transfer]]:
         """The transfers grouped by (GPS host, device rank), built once."""
@@ -293,6 +295,10 @@ class Planner:
         if layout.pp > nl:
             raise ConfigError(f"{model}: PP={layout.pp} exceeds its {nl} layers")
         known = {p.name: p for p in meta.params}
+        stray = [name for name, _ in layout.owners if name not in known]
+        if stray:
+            raise ConfigError(f"{model}: layout gives owners to unknown parameters "
+                              f"{stray[:3]}; build it with ParallelLayout.create(model, ...)")
         for name, d in layout.split_dims:
             p = known.get(name)
             if p is None:
@@ -319,10 +325,17 @@ class Planner:
         tp = layout.tp
         d_sh = dpar[tb.sh_param]
         parts = []
-        # Replicated (or TP = 1): the GPS shard is the atomic slice, every TP rank needs it.
-        rep = np.flatnonzero((d_sh < 0) | (tp == 1))
+        owner = dict(layout.owners)
+        own_p = np.array([owner.get(p.name, -1) for p in tb.meta.params], dtype=np.int64)
+        own_sh = own_p[tb.sh_param]
+        # Replicated (or TP = 1): the GPS shard is the atomic slice, every TP rank needs it;
+        # a parameter one TP rank owns (EP's experts) goes to that rank alone, whole.
+        rep = np.flatnonzero(((d_sh < 0) | (tp == 1)) & (own_sh < 0))
         parts.append((rep, np.full(rep.size, -1), tb.sh_r0[rep], tb.sh_r1[rep],
                       np.zeros(rep.size, np.int64), np.zeros(rep.size, np.int64)))
+        own = np.flatnonzero(own_sh >= 0)
+        parts.append((own, own_sh[own], tb.sh_r0[own], tb.sh_r1[own],
+                      np.zeros(own.size, np.int64), np.zeros(own.size, np.int64)))
         if tp > 1:
             t = np.arange(tp)
             col = np.flatnonzero(d_sh >= 1)  # GPS rows x TP columns: 2-D boxes
@@ -340,7 +353,7 @@ class Planner:
         s = np.concatenate([q[0] for q in parts])
         tt, r0, r1, c0, c1 = (np.concatenate([q[i] for q in parts]) for i in range(1, 6))
         param = tb.sh_param[s]
-        d = np.where(tt < 0, -1, dpar[param])
+        d = np.where((tt < 0) | (own_p[param] >= 0), -1, dpar[param])
         rb = tb.row_bytes[param]
         nbytes = np.where(d >= 1, (r1 - r0) * rb // np.maximum(tp, 1), (r1 - r0) * rb)
         return Cells(param, tb.sh_idx[s], tb.sh_slot[s], r0, r1, d, c0, c1, tt,

@@ -24,7 +24,8 @@ from pivot.errors import StateError
 from pivot.gps.layout import ParallelLayout
 from pivot.roles.engine.config import EngineConfig, read_hf_config
 from pivot.roles.engine.requests import GenRequest, SeqResult
-from pivot.roles.engine.shards import RankShards, vllm_tp_split_dim
+from pivot.roles.engine.shards import RankShards, ep_expert_owner, vllm_tp_split_dim
+from pivot.roles.engine.tp import moe_experts
 from pivot.roles.generator import GeneratorContext
 from pivot.roles.titan.batch import TrainBatch
 from pivot.shifting.params import tensor_bytes
@@ -51,6 +52,7 @@ class SlotGeneratorContext(GeneratorContext):
         self.follower_reads = 0
         self.read_bytes = 0   # of the last Read: a TP rank's own shard, else the model
         self._kv_heads: int | None = None
+        self._experts = 0
         if self.is_follower and source is not None:
             # rank 0's loads name a GPS version; this rank Reads it from its own host
             self.loop.reader = self._read_ref
@@ -66,16 +68,20 @@ class SlotGeneratorContext(GeneratorContext):
 
     def _read_rank(self, version: int | None) -> RankShards:
         """This TP rank's own shard of the model at ``version`` (None: the latest, pinned):
-        the ranges its vLLM loaders read (``vllm_tp_split_dim``), about 1/k of the bytes."""
+        the ranges its vLLM loaders read (``vllm_tp_split_dim``; under expert parallelism
+        its own experts whole, ``ep_expert_owner``), about 1/k of the bytes."""
         k = self.cfg.tensor_parallel_size
         first = self.device - self.device % k
         meta = self.source.models[self.model]
         if self._kv_heads is None:
             hf = read_hf_config(self.cfg.model)[0]
             self._kv_heads = int(hf.get("num_key_value_heads", hf["num_attention_heads"]))
+            self._experts = moe_experts(self.cfg.model)
+        ep = self.cfg.expert_parallel
         split = functools.partial(vllm_tp_split_dim, tp=k, kv_heads=self._kv_heads,
-                                  expert_parallel=self.cfg.expert_parallel)
-        layout = ParallelLayout.create(meta, tp=k, split_dim=split)
+                                  expert_parallel=ep)
+        owner = functools.partial(ep_expert_owner, experts=self._experts, ep=k) if ep else None
+        layout = ParallelLayout.create(meta, tp=k, split_dim=split, owner=owner)
         if version is None:
             version = self.source.latest(self.model)
         shards = self.source.read(self.model, tuple(range(first, first + k)), layout,

@@ -61,9 +61,13 @@ class LocalHost:
         return getattr(self.store, op)
 
 
-def layout_for(model: ModelMeta, split: dict, dp: int, tp: int, pp: int) -> ParallelLayout:
-    """DP x TP x PP over ``model``, each parameter split on ``split[name]`` (None: replicated)."""
-    return ParallelLayout(dp, tp, pp, tuple((p.name, split[p.name]) for p in model.params))
+def layout_for(model: ModelMeta, split: dict, dp: int, tp: int, pp: int,
+               owners: dict | None = None) -> ParallelLayout:
+    """DP x TP x PP over ``model``, each parameter split on ``split[name]`` (None: replicated),
+    those in ``owners`` held whole by that TP rank alone."""
+    return ParallelLayout(dp, tp, pp, tuple((p.name, split[p.name]) for p in model.params),
+                          tuple((p.name, owners[p.name]) for p in model.params
+                                if p.name in (owners or {})))
 
 
 def storage_with_k(model_list, hosts: int, k: int) -> StorageLayout:
@@ -84,7 +88,7 @@ def shard_of(full: dict, layout: ParallelLayout, rank: int, stage_of) -> dict:
     split = dict(layout.split_dims)
     out = {}
     for name, x in full.items():
-        if stage_of(name) != stage:
+        if stage_of(name) != stage or not layout.holds(name, t):
             continue
         d = split.get(name)
         out[name] = x if d is None else x.chunk(layout.tp, d)[t]

@@ -30,8 +30,9 @@ class GPSSetup:
 
 @st.composite
 def gps_models(draw, tp: int, pp: int, name: str = "policy"):
-    """A small model whose split dims TP divides; layers >= PP. Draws (model, split)."""
-    params, split = [], {}
+    """A small model whose split dims TP divides; layers >= PP. Draws (model, split,
+    owners): ``owners`` maps the parameters one TP rank holds whole (EP's experts)."""
+    params, split, owners = [], {}, {}
 
     def add(pname, shape, d):
         params.append(ParamMeta(pname, shape))
@@ -40,7 +41,7 @@ def gps_models(draw, tp: int, pp: int, name: str = "policy"):
     add("model.embed_tokens.weight", (tp * draw(st.integers(1, 4)), draw(st.integers(1, 4))), 0)
     for i in range(draw(st.integers(pp, 3))):
         for j in range(draw(st.integers(1, 2))):
-            kind = draw(st.sampled_from(["col", "row", "rep1", "rep2", "col3"]))
+            kind = draw(st.sampled_from(["col", "row", "rep1", "rep2", "col3", "own"]))
             n = f"model.layers.{i}.p{j}.weight"
             if kind == "col":
                 add(n, (tp * draw(st.integers(1, 4)), draw(st.integers(1, 6))), 0)
@@ -48,12 +49,15 @@ def gps_models(draw, tp: int, pp: int, name: str = "policy"):
                 add(n, (draw(st.integers(1, 10)), tp * draw(st.integers(1, 3))), 1)
             elif kind == "col3":
                 add(n, (draw(st.integers(1, 5)), 2, tp * draw(st.integers(1, 2))), 2)
+            elif kind == "own":
+                add(n, (draw(st.integers(1, 10)), draw(st.integers(1, 5))), None)
+                owners[n] = draw(st.integers(0, tp - 1))
             elif kind == "rep1":
                 add(n, (draw(st.integers(1, 10)),), None)
             else:
                 add(n, (draw(st.integers(1, 10)), draw(st.integers(1, 5))), None)
     add("model.norm.weight", (draw(st.integers(1, 6)),), None)
-    return ModelMeta(name, tuple(params)), split
+    return ModelMeta(name, tuple(params)), split, owners
 
 
 @st.composite
@@ -62,7 +66,7 @@ def gps_setups(draw) -> GPSSetup:
     tp = draw(st.sampled_from([1, 2, 3]))
     pp = draw(st.integers(1, 2))
     dp = draw(st.integers(1, 2))
-    model, split = draw(gps_models(tp, pp))
+    model, split, owners = draw(gps_models(tp, pp))
     hosts = draw(st.integers(1, 4))
     k = draw(st.sampled_from([d for d in range(1, hosts + 1) if hosts % d == 0]))
     world = dp * tp * pp
@@ -70,5 +74,5 @@ def gps_setups(draw) -> GPSSetup:
     device_host = tuple(draw(st.lists(st.integers(0, hosts - 1), min_size=pool,
                                       max_size=pool)))
     devices = tuple(draw(st.permutations(range(pool)))[:world])
-    return GPSSetup(model, split, layout_for(model, split, dp, tp, pp), hosts, k, device_host,
-                    devices)
+    return GPSSetup(model, split, layout_for(model, split, dp, tp, pp, owners), hosts, k,
+                    device_host, devices)

@@ -2,8 +2,9 @@
 several GPUs (TP, and EP for MoE GenRMs)"): two slots of one process per role whose
 reward engines are the two ranks of an ``external_launcher`` replica of a tiny Qwen3-MoE
 with ``enable_expert_parallel`` (each rank 2 of the 4 experts of every layer, attention
-TP=2). Rank 0 mirrors every engine call; each rank Reads its part from GPS (the experts
-whole, the rest in halves: ``vllm_tp_split_dim``). Its greedy tokens equal a TP=1 engine's
+TP=2). Rank 0 mirrors every engine call; each rank Reads its part from GPS (its own
+experts whole, none of the others', the rest in halves: ``ep_expert_owner``,
+``vllm_tp_split_dim``). Its greedy tokens equal a TP=1 engine's
 on the same weights across sleep/wake cycles, the policy's engines waking in between."""
 
 import time
@@ -17,7 +18,7 @@ from pivot.gps.layout import ModelMeta, plan_storage
 from pivot.local.contexts import GeneratorFactory
 from pivot.roles.engine.config import EngineConfig, read_hf_config, read_hf_weights
 from pivot.roles.engine.requests import GenRequest, SampleSpec
-from pivot.roles.engine.shards import vllm_tp_split_dim
+from pivot.roles.engine.shards import ep_expert_owner, vllm_tp_split_dim
 from pivot.runtime.gps_source import GPSParameterSource
 from pivot.runtime.mesh import MeshController
 from pivot.runtime.ports import free_ports
@@ -90,13 +91,22 @@ def test_an_ep2_genrm_replica_gives_tp1_tokens_across_sleep_wake_cycles(ep_mesh,
         sh.shift_down(f"ep-{cycle}", Role.ROLLOUT)
         sh.shift_up(Role.ROLLOUT, f"between-{cycle}", (1,))   # the other engine wakes
         sh.shift_down(f"between-{cycle}")
-    # each rank Read the experts whole (its loader keeps its own 2 of 4) and half of
+    # each rank Read its own 2 experts of 4 whole, none of the other rank's, and half of
     # every other split tensor
     cfg = read_hf_config(tiny_moe)[0]
-    own = sum(v.numel() * v.element_size() // (1 if vllm_tp_split_dim(
-        k, v.shape, tp=2, kv_heads=cfg["num_key_value_heads"], expert_parallel=True)
-        is None else 2) for k, v in sd.items())
+
+    def part(rank: int, name: str, v: torch.Tensor) -> int:
+        owner = ep_expert_owner(name, experts=4, ep=2)
+        if owner is not None:
+            return v.numel() * v.element_size() if owner == rank else 0
+        d = vllm_tp_split_dim(name, v.shape, tp=2, kv_heads=cfg["num_key_value_heads"],
+                              expert_parallel=True)
+        return v.numel() * v.element_size() // (1 if d is None else 2)
+
     full = sum(v.numel() * v.element_size() for v in sd.values())
+    experts = sum(v.numel() * v.element_size() for k, v in sd.items() if ".experts." in k)
     for d in (0, 1):
         ctx = m.describe(d)["contexts"]["reward"]
-        assert ctx["tp_rank"] == d and ctx["read_bytes"] == own < full
+        own = sum(part(d, k, v) for k, v in sd.items())
+        assert ctx["tp_rank"] == d and ctx["read_bytes"] == own
+        assert own < full - experts / 2 + 1   # half the experts' bytes never crossed

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from pivot.errors import StateError
-from pivot.roles.engine.shards import RankShards, vllm_tp_split_dim
+from pivot.roles.engine.shards import RankShards, ep_expert_owner, vllm_tp_split_dim
 
 Q, K, OPROJ = ("model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight",
            "model.layers.0.self_attn.o_proj.weight")
@@ -37,6 +37,19 @@ def test_a_rank_reads_in_part_only_what_vllm_cuts_evenly(name, shape, kv, want):
     (Q, (256, 128), True, 0), (OPROJ, (128, 256), True, 1)])
 def test_expert_parallel_ranks_read_experts_whole(name, shape, ep, want):
     assert vllm_tp_split_dim(name, shape, tp=2, kv_heads=2, expert_parallel=ep) == want
+
+
+@pytest.mark.parametrize("experts, ep", [(4, 2), (8, 4), (6, 3), (4, 1)])
+def test_expert_owners_follow_vllms_linear_placement(experts, ep):
+    from vllm.model_executor.model_loader.ep_weight_filter import compute_local_expert_ids
+
+    for rank in range(ep):
+        want = compute_local_expert_ids(experts, ep, rank) or set(range(experts))
+        got = {e for e in range(experts) if ep_expert_owner(
+            f"model.layers.1.mlp.experts.{e}.up_proj.weight", experts=experts, ep=ep) == rank}
+        assert got == want
+    assert ep_expert_owner("model.layers.1.mlp.gate.weight", experts=experts, ep=ep) is None
+    assert ep_expert_owner(Q, experts=experts, ep=ep) is None
 
 
 def test_each_rank_gets_full_shapes_holding_its_own_range():

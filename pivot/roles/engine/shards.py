@@ -14,10 +14,10 @@ except where vLLM cuts otherwise, which are Read whole:
 - k/v projections whose KV heads do not divide by k (vLLM replicates them on several
   ranks; ``num_kv_head_replicas``);
 - an MoE's experts under expert parallelism (``enable_expert_parallel``): each rank holds
-  whole experts, not a slice of every expert, so GPS's even ranges do not describe what
-  it loads; each rank Reads every expert whole and its loaders keep their own
-  (TP without EP slices each expert's intermediate dim as a dense MLP, which the
-  Megatron split describes).
+  whole experts, not a slice of every expert (TP without EP slices each expert's
+  intermediate dim as a dense MLP, which the Megatron split describes). Each expert is
+  Read whole by the one rank that holds it (``ep_expert_owner``, vLLM's linear
+  placement; the layout's ``owners``), so a rank Reads its experts and none of the others.
 
 ``RankShards`` holds what a rank Read and gives each tensor back at its full shape, built
 when the loader asks for it (one at a time): the rank's range is the Read, the rest is
@@ -38,6 +38,7 @@ from pivot.shifting.params import tensor_bytes
 _VOCAB = re.compile(r"(embed_tokens|lm_head)\.weight$")
 _KV = re.compile(r"(k_proj|v_proj)\.(weight|bias)$")
 _EXPERT = re.compile(r"\.experts\.\d+\.")
+_EXPERT_ID = re.compile(r"\.experts\.(\d+)\.")
 
 
 def vllm_tp_split_dim(name: str, shape: Sequence[int], *, tp: int, kv_heads: int,
@@ -51,13 +52,25 @@ def vllm_tp_split_dim(name: str, shape: Sequence[int], *, tp: int, kv_heads: int
     return qwen3_split_dim(name, shape)
 
 
+def ep_expert_owner(name: str, *, experts: int, ep: int) -> int | None:
+    """The rank of an expert-parallel replica of ``ep`` ranks that holds the HF parameter
+    ``name`` of an expert (``...experts.<e>...``), or None for any other parameter.
+
+    vLLM's default "linear" placement: rank r holds experts ``[r*E/ep, (r+1)*E/ep)``
+    (``vllm.model_executor.layers.fused_moe`` ``determine_expert_map``; E divides by ep,
+    ``pivot.roles.engine.tp.check_ep_size``)."""
+    m = _EXPERT_ID.search(name)
+    return None if m is None else int(m.group(1)) // (experts // ep)
+
+
 class RankShards(Mapping[str, torch.Tensor]):
     """One TP rank's Read, by HF name; ``self[name]`` is the full-shape tensor whose
     rank-r range along ``dims[name]`` holds the Read (the rest uninitialised), or the
     Read itself where ``dims[name]`` is None.
 
     Args:
-        shards: the GPS Read (``only`` this rank's device) under the TP layout.
+        shards: the GPS Read (``only`` this rank's device) under the TP layout; under
+            expert parallelism it holds this rank's experts only, and so does the map.
         shapes: every parameter's full shape.
         dims: every parameter's split dim (``vllm_tp_split_dim``).
         rank / tp: this rank and the replica's size.
