@@ -23,4 +23,6 @@ Submodules mirror the product packages they stand in for; import them directly (
 - ``generator``: ``GeneratorActor`` (one vLLM engine behind a Monarch actor of its own,
   outside a device slot), ``ActorHandle`` and ``spawn_generators``.
 - ``runtime``: ``spawn_per_host`` (one service actor per host of an allocation).
+- ``replicas``: ``two_slot_mesh`` (a TP or EP replica of two slots over one GPS) and
+  ``generate`` (greedy tokens through the controller).
 """

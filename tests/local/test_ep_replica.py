@@ -7,23 +7,16 @@ experts whole, none of the others', the rest in halves: ``ep_expert_owner``,
 ``vllm_tp_split_dim``). Its greedy tokens equal a TP=1 engine's
 on the same weights across sleep/wake cycles, the policy's engines waking in between."""
 
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from pivot.gps.actor import GPSActor
-from pivot.gps.layout import ModelMeta, plan_storage
-from pivot.local.contexts import GeneratorFactory
-from pivot.roles.engine.config import EngineConfig, read_hf_config, read_hf_weights
-from pivot.roles.engine.requests import GenRequest, SampleSpec
+from pivot.roles.engine.config import EngineConfig, read_hf_config
 from pivot.roles.engine.shards import ep_expert_owner, vllm_tp_split_dim
-from pivot.runtime.gps_source import GPSParameterSource
-from pivot.runtime.mesh import MeshController
-from pivot.runtime.ports import free_ports
-from pivot.runtime.provision import spawn_host_service
-from pivot.types import GENRM, POLICY, Role
+from pivot.testing.replicas import generate as greedy
+from pivot.testing.replicas import two_slot_mesh
+from pivot.types import Role
 
 pytestmark = [pytest.mark.engine, pytest.mark.monarch, pytest.mark.slow]
 
@@ -40,41 +33,17 @@ def tiny_moe(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ep_mesh(tiny_moe):
-    sd = {k: v.to(torch.float32) for k, v in read_hf_weights(tiny_moe).items()}
     # the rollout role serves the same weights at TP=1: the reference
-    metas = {m: ModelMeta.from_state_dict(m, sd) for m in (POLICY, GENRM)}
-    storage = plan_storage(list(metas.values()), 1, 1 << 30)
-    gps = spawn_host_service("gps_ep", GPSActor, 0, storage, metas)
-    source = GPSParameterSource([gps], metas, storage, (0, 0))
-    for m in (POLICY, GENRM):
-        source.gps.load(m, sd)
     common = dict(cache_dir=CACHE, num_blocks=64, max_num_seqs=8)
-    factories = {
-        Role.ROLLOUT: GeneratorFactory(Role.ROLLOUT, EngineConfig(tiny_moe, **common),
-                                       source, 2),
-        Role.REWARD: GeneratorFactory(Role.REWARD, EngineConfig(
-            tiny_moe, tensor_parallel_size=2, expert_parallel=True, **common), source, 2,
-            tp_ports=free_ports(1)),
-    }
-    ctl = MeshController.local(2, source, factories, proc_per_role=True,
-                               replica_sizes={Role.REWARD: 2}, call_timeout_s=600.0)
-    yield ctl, sd
-    ctl.stop()
-    source.gps.close()
-    gps.close.call_one().get()
+    with two_slot_mesh("gps_ep", tiny_moe, {
+            Role.ROLLOUT: EngineConfig(tiny_moe, **common),
+            Role.REWARD: EngineConfig(tiny_moe, tensor_parallel_size=2, expert_parallel=True,
+                                      **common)}) as mesh:
+        yield mesh
 
 
 def generate(ctl, device: int) -> dict[int, list[int]]:
-    spec = SampleSpec(max_tokens=24, temperature=0.0, logprobs=False, ignore_eos=True)
-    reqs = [GenRequest(i, list(p), spec) for i, p in enumerate(PROMPTS)]
-    assert ctl.invoke(device, "submit", reqs=reqs) == [None] * len(reqs)
-    out: dict[int, list[int]] = {}
-    deadline = time.monotonic() + 300
-    while len(out) < len(reqs) and time.monotonic() < deadline:
-        out.update({s: r.tokens for s, r in ctl.invoke(device, "collect").items()})
-        time.sleep(0.05)
-    assert len(out) == len(reqs), f"unfinished after 300 s: {set(range(4)) - set(out)}"
-    return out
+    return greedy(ctl, device, PROMPTS, ignore_eos=True)
 
 
 def test_an_ep2_genrm_replica_gives_tp1_tokens_across_sleep_wake_cycles(ep_mesh, tiny_moe):

@@ -11,17 +11,12 @@ import pytest
 import torch
 
 from pivot.errors import StateError
-from pivot.gps.actor import GPSActor
-from pivot.gps.layout import ModelMeta, plan_storage
-from pivot.local.contexts import GeneratorFactory
-from pivot.roles.engine.config import EngineConfig, read_hf_config, read_hf_weights
+from pivot.roles.engine.config import EngineConfig, read_hf_config
+from pivot.roles.engine.requests import GenRequest
 from pivot.roles.engine.shards import vllm_tp_split_dim
-from pivot.roles.engine.requests import GenRequest, SampleSpec
-from pivot.runtime.gps_source import GPSParameterSource
-from pivot.runtime.mesh import MeshController
-from pivot.runtime.ports import free_ports
-from pivot.runtime.provision import spawn_host_service
-from pivot.types import GENRM, POLICY, Role
+from pivot.testing.replicas import generate as greedy
+from pivot.testing.replicas import two_slot_mesh
+from pivot.types import POLICY, Role
 
 pytestmark = [pytest.mark.engine, pytest.mark.monarch, pytest.mark.slow]
 
@@ -31,42 +26,16 @@ PROMPTS = [[1, 5 + 7 * i, 17 + i, 42 + 3 * i, 9] for i in range(4)]
 
 @pytest.fixture(scope="module")
 def tp_mesh(tiny_model):
-    sd = {k: v.to(torch.float32) for k, v in read_hf_weights(tiny_model).items()}
     # the reward role serves the same weights at TP=1: the reference
-    metas = {m: ModelMeta.from_state_dict(m, sd) for m in (POLICY, GENRM)}
-    storage = plan_storage(list(metas.values()), 1, 1 << 30)
-    gps = spawn_host_service("gps_tp", GPSActor, 0, storage, metas)
-    source = GPSParameterSource([gps], metas, storage, (0, 0))
-    for m in (POLICY, GENRM):
-        source.gps.load(m, sd)
-    cfg = EngineConfig(tiny_model, cache_dir=CACHE, num_blocks=64, max_num_seqs=8)
-    factories = {
-        Role.ROLLOUT: GeneratorFactory(Role.ROLLOUT, EngineConfig(
-            tiny_model, cache_dir=CACHE, num_blocks=64, max_num_seqs=8,
-            tensor_parallel_size=2), source, 2, tp_ports=free_ports(1)),
-        Role.REWARD: GeneratorFactory(Role.REWARD, cfg, source, 2),
-    }
-    ctl = MeshController.local(2, source, factories, proc_per_role=True,
-                               replica_sizes={Role.ROLLOUT: 2}, call_timeout_s=600.0)
-    yield ctl
-    ctl.stop()
-    source.gps.close()
-    gps.close.call_one().get()
+    common = dict(cache_dir=CACHE, num_blocks=64, max_num_seqs=8)
+    with two_slot_mesh("gps_tp", tiny_model, {
+            Role.ROLLOUT: EngineConfig(tiny_model, tensor_parallel_size=2, **common),
+            Role.REWARD: EngineConfig(tiny_model, **common)}) as (ctl, _):
+        yield ctl
 
 
 def generate(ctl, device: int, abort_first: bool = False) -> dict[int, list[int]]:
-    spec = SampleSpec(max_tokens=24, temperature=0.0, logprobs=False)
-    reqs = [GenRequest(i, list(p), spec) for i, p in enumerate(PROMPTS)]
-    assert ctl.invoke(device, "submit", reqs=reqs) == [None] * len(reqs)
-    out = {}
-    if abort_first:
-        out.update({s: r.tokens for s, r in ctl.invoke(device, "abort", seq_ids=[0]).items()})
-    deadline = time.monotonic() + 300
-    while len(out) < len(reqs) and time.monotonic() < deadline:
-        out.update({s: r.tokens for s, r in ctl.invoke(device, "collect").items()})
-        time.sleep(0.05)
-    assert len(out) == len(reqs), f"unfinished after 300 s: {set(range(4)) - set(out)}"
-    return out
+    return greedy(ctl, device, PROMPTS, abort_first=abort_first)
 
 
 def test_a_tp2_replica_gives_tp1_tokens_across_sleep_wake_cycles(tp_mesh):
