@@ -35,6 +35,14 @@ def tiny_genrm(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_moe(tmp_path_factory):
+    """A random tiny Qwen3-MoE (4 experts, top 2, 2 layers): the MoE GenRM's shape."""
+    from pivot.roles.engine.tiny import make_tiny_qwen3_moe
+
+    return str(make_tiny_qwen3_moe(tmp_path_factory.mktemp("models") / "moe", seed=0))
+
+
+@pytest.fixture(scope="session")
 def engine_config(tiny_model):
     """The engine config of one device slot serving ``tiny_model`` (core 0, 256 blocks)."""
     from pivot.roles.engine.config import EngineConfig

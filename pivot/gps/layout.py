@@ -171,6 +171,7 @@ class ParallelLayout:
     split_dims: tuple[tuple[str, int | None], ...] = ()
     owners: tuple[tuple[str, int], ...] = ()
     _hash: int = field(default=0, compare=False, repr=False)
+    _owner_of: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for k in ("dp", "tp", "pp"):
@@ -187,6 +188,7 @@ class ParallelLayout:
                                   f"{split[name]}; a parameter one rank owns is held whole")
         object.__setattr__(self, "_hash", hash((self.dp, self.tp, self.pp, self.split_dims,
                                                 self.owners)))
+        object.__setattr__(self, "_owner_of", dict(self.owners))
 
     def __hash__(self) -> int:
         return self._hash
@@ -204,7 +206,7 @@ class ParallelLayout:
 
     def holds(self, name: str, tp_rank: int) -> bool:
         """Whether a device of TP coordinate ``tp_rank`` holds (part of) ``name``."""
-        return dict(self.owners).get(name, tp_rank) == tp_rank
+        return self._owner_of.get(name, tp_rank) == tp_rank
 
     @property
     def world(self) -> int:

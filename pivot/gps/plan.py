@@ -353,7 +353,7 @@ class Planner:
         s = np.concatenate([q[0] for q in parts])
         tt, r0, r1, c0, c1 = (np.concatenate([q[i] for q in parts]) for i in range(1, 6))
         param = tb.sh_param[s]
-        d = np.where((tt < 0) | (own_p[param] >= 0), -1, dpar[param])
+        d = np.where(tt < 0, -1, dpar[param])   # an owned parameter's dpar is -1
         rb = tb.row_bytes[param]
         nbytes = np.where(d >= 1, (r1 - r0) * rb // np.maximum(tp, 1), (r1 - r0) * rb)
         return Cells(param, tb.sh_idx[s], tb.sh_slot[s], r0, r1, d, c0, c1, tt,

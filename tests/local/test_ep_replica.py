@@ -25,13 +25,6 @@ PROMPTS = [[1, 5 + 7 * i, 17 + i, 42 + 3 * i, 9] for i in range(4)]
 
 
 @pytest.fixture(scope="module")
-def tiny_moe(tmp_path_factory):
-    from pivot.roles.engine.tiny import make_tiny_qwen3_moe
-
-    return str(make_tiny_qwen3_moe(tmp_path_factory.mktemp("models") / "moe", seed=0))
-
-
-@pytest.fixture(scope="module")
 def ep_mesh(tiny_moe):
     # the rollout role serves the same weights at TP=1: the reference
     common = dict(cache_dir=CACHE, num_blocks=64, max_num_seqs=8)

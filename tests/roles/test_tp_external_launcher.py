@@ -195,14 +195,6 @@ json.dump(out, open(f"{stem}_{rank}.json", "w"))
 """
 
 
-@pytest.fixture(scope="module")
-def tiny_moe(tmp_path_factory):
-    """A random tiny Qwen3-MoE (4 experts, top 2, 2 layers): the MoE GenRM's shape."""
-    from pivot.roles.engine.tiny import make_tiny_qwen3_moe
-
-    return str(make_tiny_qwen3_moe(tmp_path_factory.mktemp("models") / "moe", seed=0))
-
-
 def test_ep_size_must_divide_the_experts(tiny_moe, tiny_model):
     from pivot.roles.engine.tp import check_ep_size, moe_experts
 

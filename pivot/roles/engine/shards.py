@@ -37,8 +37,7 @@ from pivot.shifting.params import tensor_bytes
 
 _VOCAB = re.compile(r"(embed_tokens|lm_head)\.weight$")
 _KV = re.compile(r"(k_proj|v_proj)\.(weight|bias)$")
-_EXPERT = re.compile(r"\.experts\.\d+\.")
-_EXPERT_ID = re.compile(r"\.experts\.(\d+)\.")
+_EXPERT = re.compile(r"\.experts\.(\d+)\.")
 
 
 def vllm_tp_split_dim(name: str, shape: Sequence[int], *, tp: int, kv_heads: int,
@@ -59,7 +58,7 @@ def ep_expert_owner(name: str, *, experts: int, ep: int) -> int | None:
     vLLM's default "linear" placement: rank r holds experts ``[r*E/ep, (r+1)*E/ep)``
     (``vllm.model_executor.layers.fused_moe`` ``determine_expert_map``; E divides by ep,
     ``pivot.roles.engine.tp.check_ep_size``)."""
-    m = _EXPERT_ID.search(name)
+    m = _EXPERT.search(name)
     return None if m is None else int(m.group(1)) // (experts // ep)
 
 
