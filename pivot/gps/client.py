@@ -17,13 +17,14 @@ driver each device slot, or the controller on its behalf.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import logging
 import os
 import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import torch
 
@@ -164,6 +165,21 @@ class GlobalParameterStorage:
             for h, man in pinned.items():
                 self.hosts[h].release(model, man.version)
         return {plan.devices[r]: d for r, d in dst.items()}
+
+    @contextlib.contextmanager
+    def pinned(self, model: str, version: int | None = None) -> Iterator[int]:
+        """Pins one version of ``model`` (default: the latest) on every host until the
+        block ends and yields its number: a Write that publishes meanwhile cannot drop it,
+        so Reads of that version inside the block, by any process, find it.
+
+        A multi-device replica's rank 0 holds its pin from its own Read until every other
+        rank has Read the version it names (sec. 5.1); without it a Write between the
+        two Reads leaves the later ones nothing to read."""
+        pins = self._pin(model, range(len(self.hosts)), version)
+        try:
+            yield next(iter(pins.values())).version
+        finally:
+            self._release(model, pins)
 
     @staticmethod
     def _ranks(plan: Plan, only: Sequence[int] | None) -> list[int]:

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
@@ -53,6 +54,7 @@ class SlotGeneratorContext(GeneratorContext):
         self.read_bytes = 0   # of the last Read: a TP rank's own shard, else the model
         self._kv_heads: int | None = None
         self._experts = 0
+        self._pin: contextlib.ExitStack | None = None   # rank 0's version, until loaded
         if self.is_follower and source is not None:
             # rank 0's loads name a GPS version; this rank Reads it from its own host
             self.loop.reader = self._read_ref
@@ -66,8 +68,8 @@ class SlotGeneratorContext(GeneratorContext):
         self.follower_reads += 1
         return state
 
-    def _read_rank(self, version: int | None) -> RankShards:
-        """This TP rank's own shard of the model at ``version`` (None: the latest, pinned):
+    def _read_rank(self, version: int) -> RankShards:
+        """This TP rank's own shard of the model at ``version``:
         the ranges its vLLM loaders read (``vllm_tp_split_dim``; under expert parallelism
         its own experts whole, ``ep_expert_owner``), about 1/k of the bytes."""
         k = self.cfg.tensor_parallel_size
@@ -82,8 +84,6 @@ class SlotGeneratorContext(GeneratorContext):
                                   expert_parallel=ep)
         owner = functools.partial(ep_expert_owner, experts=self._experts, ep=k) if ep else None
         layout = ParallelLayout.create(meta, tp=k, split_dim=split, owner=owner)
-        if version is None:
-            version = self.source.latest(self.model)
         shards = self.source.read(self.model, tuple(range(first, first + k)), layout,
                                   only=(self.device,), version=version)[self.device]
         state = RankShards(shards, {p.name: tuple(p.shape) for p in meta.params},
@@ -99,20 +99,38 @@ class SlotGeneratorContext(GeneratorContext):
         """The shift up's GPS Read for this slot (``SlotActor.shift_up``): TP=1 a full
         copy of the latest version (one GPS call); a TP replica's rank 0 its own shard
         of the latest version, pinned, and its load then names that version to the
-        other ranks, which Read their own shards of it; they Read nothing here."""
+        other ranks, which Read their own shards of it; they Read nothing here. Rank 0
+        holds that version's pin until they have (``load_parameters``)."""
         if self.is_follower:
             return {}
         if self.cfg.tensor_parallel_size == 1:
             state = self.source.read(self.model, (self.device,))[self.device]
             self.read_bytes = tensor_bytes(state.values())
             return state
-        return self._read_rank(None)
+        self._unpin()
+        pin = contextlib.ExitStack()
+        try:
+            state = self._read_rank(pin.enter_context(self.source.pinned(self.model)))
+        except BaseException:
+            pin.close()
+            raise
+        self._pin = pin
+        return state
+
+    def _unpin(self) -> None:
+        pin, self._pin = self._pin, None
+        if pin is not None:
+            pin.close()
 
     def load_parameters(self, state: Mapping[str, torch.Tensor]) -> None:
         if not isinstance(state, RankShards) or self.is_follower:
             return super().load_parameters(state)
         ref = (self.model, state.version)
-        self.timings["load_weights"] = self.loop.call(lambda e: e.load_weights_at(state, ref))
+        try:
+            self.timings["load_weights"] = self.loop.call(
+                lambda e: e.load_weights_at(state, ref))
+        finally:   # every rank has Read the version (or failed to): it may be dropped
+            self._unpin()
         self.holds_weights = True
 
     def submit(self, reqs: list[GenRequest]) -> list[str | None]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ContextManager
 
 from pivot.errors import ConfigError, StateError
 from pivot.gps.actor import ActorHost
@@ -74,6 +74,10 @@ class GPSParameterSource:
     def latest(self, model: str) -> int | None:
         """The newest published version of ``model``."""
         return self.gps.latest(model)
+
+    def pinned(self, model: str, version: int | None = None) -> ContextManager[int]:
+        """``GlobalParameterStorage.pinned``: one version held on every host for a block."""
+        return self.gps.pinned(model, version)
 
     def begin_write(self, model: str, devices: tuple[int, ...], layout: Any) -> Any:
         """A Write that several processes stage a part of (``GlobalParameterStorage``'s

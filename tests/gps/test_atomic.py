@@ -331,3 +331,20 @@ def test_a_rebuilt_host_pulls_from_its_peer_and_nothing_passes_through_the_calle
         got = fresh.tensors(m, fresh.latest(m))
         assert got.keys() == want.keys() and all(torch.equal(got[k], t)
                                                  for k, t in want.items())
+
+
+def test_a_pinned_version_outlives_a_write_until_its_block_ends(four):
+    """A TP replica's rank 0 Reads a version and names it to the other ranks, which Read
+    it later: a Write publishing between the two Reads must not drop it (the race a CI
+    run hit as 'policy has no version 1 (stored: [2])')."""
+    gps, stores, _, full, _ = four
+    lay = ParallelLayout.create(SMALL_POLICY, dp=2)
+    with gps.pinned("policy") as v:
+        assert v == 1
+        write(gps, 2)
+        assert all(s.latest("policy") == 2 and s.versions("policy") == [1, 2] for s in stores)
+        out = gps.read("policy", (0, 2), lay, version=v, verify=True)
+        assert all(torch.equal(out[d][n], t) for d in out for n, t in full.items())
+    assert all(s.versions("policy") == [2] for s in stores)
+    with pytest.raises(StateError, match=r"policy has no version 1 \(stored: \[2\]\)"):
+        gps.read("policy", (0, 2), lay, version=1)

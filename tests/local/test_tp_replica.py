@@ -99,6 +99,10 @@ def test_each_follower_reads_from_gps_the_version_rank_0_loaded(tp_mesh, tiny_mo
     want = generate(m, 0)
     sh.shift_down("ref")
     assert out[0] == out[1] != want and out[2] == want
+    # rank 0 held each version it named until the follower had Read it, then let go:
+    # GPS keeps the latest only
+    latest = source.gps.latest(POLICY)
+    assert [h.versions(POLICY) for h in source.gps.hosts] == [[latest]] * len(source.gps.hosts)
     follower = m.describe(1)["contexts"]["rollout"]
     assert follower["follower_reads"] == reads + 3 and follower["follower_failed"] == []
     # each rank Read only what its loaders read: half of every split tensor, the
