@@ -204,6 +204,9 @@ def run_and_report(driver: Any, files: Sequence[str], run_dir: Path, verbose: bo
 
     with session(run_dir, verbose=verbose) as con:
         con.line(driver_line(driver, origin))
+        backend = getattr(getattr(driver, "group", None), "backend", None)
+        if backend is not None and backend.warning:
+            con.line(backend.warning)
         con.line(f"config: {' '.join(files)}; model group {driver.group.name}, deployment "
                  f"{driver.dep.name}, {driver.steps} steps, seed {driver.seed}")
         models = [f"{k} {getattr(driver.group, k + '_dir')}" for k in ("policy", "genrm")

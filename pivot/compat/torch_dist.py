@@ -52,7 +52,7 @@ def nccl_side_group(store: Any, rank: int, size: int, name: str,
 
     Written from the same c10d calls as the gloo group (``ProcessGroupNCCL`` registered
     for the ``cuda`` device type); it has not run here: no GPU was at hand (STATUS.md,
-    cluster backend), and ``Backend.CUDA_TRAINER`` keeps ``cuda`` runs refused.
+    cluster backend), so ``cuda`` runs need ``Backend.untested_cuda``.
     """
     import torch
     import torch.distributed as dist

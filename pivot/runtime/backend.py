@@ -27,11 +27,6 @@ import gin
 from pivot.config.validation import check_range, fail
 
 KINDS = ("cpu", "cuda")
-CUDA_TRAINER = False
-"""Whether a ``cuda`` run is allowed (issue 15). The trainer is written for it (its slot's
-GPU, bf16, meta-device build, NCCL side groups: ``pivot.roles.trainer``,
-``pivot.compat.torch_dist.nccl_side_group``) but has never run on a GPU, and neither has
-``VllmSleepMemory``; ``check`` refuses every ``cuda`` run until a GPU run checks them."""
 _CLUSTER_DOC = "README.md, 'Running on a cluster'"
 GPS_HOST_FRACTION = 0.25
 """Share of a host's memory GPS holds by default: the paper keeps parameters in host memory
@@ -67,6 +62,14 @@ class Backend:
     groups once per process (issue 15, item 2), so ``cuda`` needs it; on ``cpu`` one
     process a slot saves memory (every process carries its own torch and vLLM).
     None: per role on ``cuda``, one a slot on ``cpu``."""
+
+    untested_cuda: bool = False
+    """Run on ``cuda`` though no GPU run has checked it. The trainer is written for a
+    slot's GPU (bf16, meta-device build, NCCL side groups: ``pivot.roles.trainer``,
+    ``pivot.compat.torch_dist.nccl_side_group``) and the engines for vLLM's sleep mode
+    (``VllmSleepMemory``), but none of it has run on a GPU (STATUS.md, 'Cluster
+    backend'): ``check`` refuses ``cuda`` unless this is True, and the console then says
+    so at the start of the run."""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -169,11 +172,20 @@ class Backend:
         if errors:
             fail("Backend", f"{self.kind} x {self.hosts} hosts x {per_host} devices",
                  "; ".join(errors) + f"{src}")
-        if self.kind == "cuda" and not CUDA_TRAINER:
+        if self.kind == "cuda" and not self.untested_cuda:
             fail("Backend.kind", self.kind,
-                 f"the trainer does not run on CUDA devices yet (it builds on the slot's CPU "
-                 f"and joins gloo groups; STATUS.md, 'Cluster backend'){src}; what runs on a "
-                 f"GPU today is launchers/gpu_check.py")
+                 f"no GPU run has checked the cuda backend yet (the trainer's bf16 / NCCL "
+                 f"path and vLLM's sleep mode are written, never run on a GPU: STATUS.md, "
+                 f"'Cluster backend'){src}; run launchers/gpu_check.py on one GPU first, "
+                 f"then bind Backend.untested_cuda = True to run it anyway")
+
+    @property
+    def warning(self) -> str | None:
+        """The console line a run of this backend starts with, if any."""
+        if self.kind == "cuda" and self.untested_cuda:
+            return ("warning: Backend.untested_cuda = True: this cuda backend has never run "
+                    "on a GPU in this project's checks; report what fails")
+        return None
 
     def check_host_share(self, devices: int, gb_per_slot: float, memory_budget_gb: float,
                          *, where: str = "") -> None:

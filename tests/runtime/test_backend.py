@@ -49,9 +49,14 @@ def test_a_replica_larger_than_a_host_is_refused_before_any_engine():
     # GPUs it cannot start
     with pytest.raises(ConfigError, match=r"genrm replica of 8 devices.*more than one host"):
         Backend("cuda", hosts=32).check(128, {"rollout": 4, "genrm": 8}, gpus=4)
-    # on hosts of 8 they fit; what stops a cuda run then is the trainer (not on CUDA yet)
-    with pytest.raises(ConfigError, match="trainer does not run on CUDA devices yet"):
+    # on hosts of 8 they fit; what stops a cuda run then is that no GPU run checked it
+    with pytest.raises(ConfigError, match=r"no GPU run has checked.*gpu_check.py.*"
+                                          r"Backend.untested_cuda = True"):
         Backend("cuda", hosts=16).check(128, {"rollout": 4, "genrm": 8}, gpus=8)
+    opted = Backend("cuda", hosts=16, untested_cuda=True)
+    opted.check(128, {"rollout": 4, "genrm": 8}, gpus=8)
+    assert "never run on a GPU" in opted.warning
+    assert Backend("cpu", untested_cuda=True).warning is None
 
 
 def test_replicas_must_tile_a_host_in_aligned_blocks():
