@@ -183,6 +183,11 @@ def summary_rows(out: dict[str, Any], run_dir: Path) -> list[tuple[str, Any]]:
                 rows.append((f"{kind} tokens p50 / p99 / max",
                              f"{q['p50']:.0f} / {q['p99']:.0f} / {q['max']:.0f}"))
         rows += [("shifts", out.get("shifts")), ("start-up (s)", out.get("startup_s"))]
+        failed = out.get("failed_shifts") or []
+        if failed:   # the run went on past them (LocalControl._survive)
+            lost = sorted({d for f in failed for d in f["lost"]} -
+                          {d for f in failed for d in f["restored"]})
+            rows.append(("failed shifts (devices still lost)", f"{len(failed)} ({lost})"))
     else:
         rows += [("throughput (tok/s)", out.get("throughput")),
                  ("step time (simulated s)", out.get("step_time")),

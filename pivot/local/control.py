@@ -23,10 +23,14 @@ from pivot.rl.ports import LoopStatus
 from pivot.rl.trajectory import PromptGroup
 from pivot.roles.titan.batch import TrainBatch
 from pivot.shifting.executor import ShiftExecutor
+from pivot.shifting.shifter import ShiftError
 from pivot.shifting.role_shift import SlotKind
 from pivot.types import INFERENCE_ROLES, POLICY, Role, TrainingLoad
 
 log = logging.getLogger(__name__)
+
+SLOT_STAGES = ("shift_down", "shift_up")
+"""The executor's stages whose failure leaves only devices LOST (``ShiftExecutor``)."""
 
 
 class LocalControl:
@@ -35,14 +39,22 @@ class LocalControl:
         shapes: role -> RoleShape; train_needed: training's devices.
         tau_train: training's shift time (s); release_idle_training: static strategy.
         clock: time source.
+        max_shift_failures: plans whose slot work may fail before the run stops. A
+            replica's failed shift up or down leaves its devices LOST (``Shifter``) with
+            the schedulers consistent (its sequences were migrated before, or never
+            arrived), so the run goes on without those devices; the next failure past
+            this many ends the run with it.
     """
 
     def __init__(self, ctl, fleet, planner, shapes: dict[Role, RoleShape], train_needed: int,
-                 tau_train: float, release_idle_training: bool, clock=time.monotonic):
+                 tau_train: float, release_idle_training: bool, clock=time.monotonic,
+                 max_shift_failures: int = 2):
         self.ctl, self.fleet, self.planner = ctl, fleet, planner
         self.shapes, self.train_needed, self.tau_train = shapes, train_needed, tau_train
         self.release_idle_training = release_idle_training
         self.clock = clock
+        self.max_shift_failures = max_shift_failures
+        self.failed_shifts: list[dict[str, Any]] = []
         self.executor = ShiftExecutor(ctl.shifter, fleet.schedulers, fleet,
                                       before_migrate_up=self._refresh_if_published)
         self.publishes = 0       # policy versions published (LocalTrainer.publish)
@@ -81,7 +93,36 @@ class LocalControl:
         replicas, and training keeps training (sec. 4: the executor runs beside them)."""
         now = self.clock() - self.t0
         self._publishes_at_start = self.publishes
-        self._record(now, plan, await self.executor.execute_async(plan))
+        lost_before = set(self.ctl.device_map.devices_in(SlotKind.LOST))
+        try:
+            rep = await self.executor.execute_async(plan)
+        except ShiftError as e:
+            rep = await self._survive(now, plan, e, lost_before)
+        self._record(now, plan, rep)
+
+    async def _survive(self, now: float, plan: ShiftPlan, err: ShiftError,
+                       lost_before: set[int]):
+        """A plan whose slot work failed: its devices are LOST (``Shifter``); those whose
+        slots rolled the failure back return to the idle pool (``MeshController.restore``)
+        and the rest stay lost for the run, which goes on, up to ``max_shift_failures``.
+        Any other failure (a migration, a hook) re-raises: the schedulers may be
+        mid-change."""
+        rep = err.report
+        if not survivable(rep, len(self.failed_shifts), self.max_shift_failures):
+            raise err
+        lost = sorted(set(self.ctl.device_map.devices_in(SlotKind.LOST)) - lost_before)
+        restored = list(await asyncio.to_thread(self.ctl.emptied, lost))
+        if restored:   # on the loop's thread, like every other device map change
+            self.ctl.device_map.recover(tuple(restored))
+        self.failed_shifts.append({"time_s": now, "up_role": plan.up_role.value,
+                                   "stage": rep.failed_stage, "cause": root_cause(rep.error),
+                                   "error": rep.error, "lost": lost, "restored": restored})
+        log.warning("shift to %s failed in %s (%s); devices %s lost, %s restored to idle; "
+                    "the run goes on (%d of %d failures allowed)", plan.up_role.value,
+                    rep.failed_stage, root_cause(rep.error), lost, restored,
+                    len(self.failed_shifts), self.max_shift_failures)
+        log.info("the failed shift's error: %s", rep.error)
+        return rep
 
     def _refresh_if_published(self, role: Role, views: list):
         """A rollout replica that Read its policy before a publish landed mid-shift holds
@@ -99,7 +140,8 @@ class LocalControl:
                       "seconds": r.seconds} for r in rep.down],
             "up": [{"role": r.role.value, "devices": list(r.devices), "phases": r.phases,
                     "seconds": r.seconds} for r in rep.up],
-            "migration_down": _mig(rep.migration_down), "migration_up": _mig(rep.migration_up)})
+            "migration_down": _mig(rep.migration_down), "migration_up": _mig(rep.migration_up),
+            "failed": root_cause(rep.error) if rep.error else None})
         log.info("shift to %s (%s): %.2f s", plan.up_role.value, plan.reason, rep.total_s)
 
     # ---- ControlPort ---------------------------------------------------------------
@@ -141,7 +183,22 @@ class LocalControl:
         out = {r.value: sorted(d for devs in dm.replicas(r).values() for d in devs)
                for r in Role}
         out["idle"] = list(dm.devices_in(SlotKind.IDLE))
+        out["lost"] = list(dm.devices_in(SlotKind.LOST))
         return out
+
+
+def survivable(report: Any, failed_before: int, max_failures: int) -> bool:
+    """Whether the run goes on past a failed plan (``ShiftReport``): its failure was in
+    the slot work, which leaves only LOST devices behind, and fewer than
+    ``max_failures`` plans failed before it."""
+    return (report is not None and report.failed_stage in SLOT_STAGES
+            and failed_before < max_failures)
+
+
+def root_cause(error: str) -> str:
+    """The last line of an error that crossed actors (its remote traceback before it)."""
+    lines = [ln.strip() for ln in error.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else error
 
 
 def _mig(m) -> dict[str, float]:

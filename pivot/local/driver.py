@@ -127,6 +127,8 @@ class LocalDriver:
             LocalChecker``: ``attach(driver, workflow)`` once the control plane is built,
             ``finish()`` after the loop, ``report()`` into ``LocalResult.extra["checks"]``;
             None (the default) adds nothing to the run.
+        max_shift_failures: shift plans whose slot work may fail (their devices LOST for
+            the rest of the run, ``LocalControl``) before the run stops with the error.
     """
 
     def __init__(self, group: LocalGroup = gin.REQUIRED, deployment: Deployment = gin.REQUIRED,
@@ -137,7 +139,7 @@ class LocalDriver:
                  tau_inference: float = 0.5, tau_training: float = 1.0,
                  cpu_share: float = 0.5, lr: float = 1e-4, eval_every: int = 0,
                  resume: bool = False, run_dir: str | None = None, stack=None,
-                 observer: Any = None):
+                 observer: Any = None, max_shift_failures: int = 2):
         cores = os.cpu_count() or 1
         for k, v, cls in (("group", group, LocalGroup), ("deployment", deployment, Deployment),
                           ("stream", stream, PromptStream), ("loop", loop, LoopConfig),
@@ -165,6 +167,8 @@ class LocalDriver:
         check_range("LocalDriver.eval_every", eval_every, -1, integer=True,
                     why="steps between validations; 0: after the last step; -1: never")
         check_bool("LocalDriver.resume", resume)
+        check_range("LocalDriver.max_shift_failures", max_shift_failures, 0, integer=True,
+                    why="failed shift plans the run survives; 0: the first one ends it")
         check_text("LocalDriver.run_dir", run_dir, optional=True)
         check(observer is None or all(hasattr(observer, m) for m in ("attach", "finish",
                                                                        "report")),
@@ -181,6 +185,7 @@ class LocalDriver:
         self.run_dir = Path(run_dir) if run_dir else None
         self.stack, self._own_stack = stack, False
         self.observer = observer
+        self.max_shift_failures = max_shift_failures
         # training's slots: every slot (colocated), the deployment's, or the group's;
         # one FSDP2 rank on each (pivot.local.contexts.SlotTrainerContext)
         td = deployment.training_devices
@@ -280,7 +285,8 @@ class LocalDriver:
                   for r in INFERENCE_ROLES}
         planner = self.planner
         self.control = LocalControl(self.ctl, self.fleet, planner, shapes, self.train_needed,
-                                    self.tau_training, d.release_idle_training)
+                                    self.tau_training, d.release_idle_training,
+                                    max_shift_failures=self.max_shift_failures)
         self.trainer = LocalTrainer(self.ctl, self.fleet, self.control, self.source,
                                     self.tok.pad_token_id or 0,
                                     scale_by_std=self.objective.scale_by_std)
@@ -381,6 +387,7 @@ class LocalDriver:
                            "planner_calls": len(self.control.planner_s),
                            "lengths_fed": self.fleet.lengths_fed,
                            "sequences_retried": self.fleet.retried,
+                           "failed_shifts": self.control.failed_shifts,
                            "planner_mean_s": (sum(self.control.planner_s) /
                                               max(len(self.control.planner_s), 1)),
                            "cpu_share": self.cpu_share, "policy_dir": self.policy_dir,

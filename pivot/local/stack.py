@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from pivot.config.validation import default_of
-from pivot.errors import ConfigError
+from pivot.errors import ConfigError, StateError
 from pivot.local.closers import run_closers
 from pivot.local.group import LocalGroup
 from pivot.roles.engine.config import EngineConfig
+from pivot.shifting.role_shift import SlotKind
 from pivot.types import GENRM, INFERENCE_ROLES, MODEL_OF_ROLE, POLICY, Role
 
 log = logging.getLogger(__name__)
@@ -190,6 +191,12 @@ class LocalStack:
         sh = self.ctl.shifter
         for rid in list(self.ctl.device_map.replicas()):
             sh.shift_down(rid)
+        lost = self.ctl.device_map.devices_in(SlotKind.LOST)
+        still = sorted(set(lost) - set(self.ctl.restore(lost))) if lost else []
+        if still:   # the next run would have fewer devices than its group says
+            raise StateError(f"LocalStack.reset: devices {still} stay lost after the last "
+                             f"run (their failed shifts were not rolled back); start a new "
+                             f"stack")
         # the GenRM is frozen (sec. 5.1: GPS refuses a second install); only the policy
         # changed during the last run
         self.source.gps.load(POLICY, self.initial[POLICY])

@@ -15,7 +15,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pivot.compat.monarch import install_fault_hook
@@ -302,6 +302,49 @@ class MeshController:
                 gps.writer_lost(writer_id(d))
             except Exception as e:  # noqa: BLE001 - the lease still expires on its own
                 log.warning("GPS writer_lost(slot%d): %s; its lease will expire", d, e)
+
+    def restore(self, devices: Sequence[int]) -> tuple[int, ...]:
+        """Returns to the idle pool, without a reset, the lost devices whose slots are
+        alive and hold nothing (``emptied``); returns them."""
+        back = self.emptied(devices)
+        if back:
+            self.device_map.recover(back)
+        return back
+
+    def emptied(self, devices: Sequence[int]) -> tuple[int, ...]:
+        """The lost devices of ``devices`` whose slots are alive and now hold nothing: a
+        failed shift up that its slot rolled back (``SlotActor._roll_back``), and the
+        replica's other ranks that did come up, which are shifted down here. A device
+        with training state, a dead proc or a roll back that failed is left out (it
+        stays lost; ``recover`` resets it). Slot calls only: the caller returns the
+        devices to the pool (``restore``, or ``DeviceMap.recover`` on its own thread)."""
+        lost = set(self.device_map.devices_in(SlotKind.LOST))
+        back = []
+        for d in devices:
+            if d not in lost or d in self.dead or any(
+                    (d, k) in self._dead_procs for k in range(len(self.keys))):
+                continue
+            try:
+                self._empty(d)
+            except Exception as e:  # noqa: BLE001 - it stays lost; say why
+                log.warning("slot %d stays lost: %s", d, e)
+                continue
+            back.append(d)
+        return tuple(back)
+
+    def _empty(self, device: int) -> None:
+        """Shifts down what ``device``'s procs still hold after a failed replica shift;
+        raises if one holds training or a failure it could not roll back."""
+        for a in self.slots[device]:
+            p = a.describe.call_one().get(timeout=self.timeout)
+            failed, role = p.get("failed_shift"), p["role"]
+            if role is Role.TRAINING:
+                raise StateError(f"slot {device} holds training state; recover it")
+            if failed and not failed["clean"]:
+                raise StateError(f"slot {device}: its failed shift up of {failed['role']} "
+                                 f"was not rolled back ({failed['error']}); recover it")
+            if role is not None:
+                a.shift_down.call_one(role, p["replica_id"]).get(timeout=self.timeout)
 
     def recover(self, devices: tuple[int, ...]) -> float:
         """Returns lost slots to the idle pool: a live slot proc is reset in place, a dead

@@ -21,13 +21,17 @@ from typing import Any
 import torch
 from monarch.actor import Actor, endpoint
 
-from pivot.errors import StateError
+from pivot.errors import PivotError, StateError
 from pivot.shifting.contexts import RoleContext, apply_steps
 from pivot.shifting.params import ParameterSource
 from pivot.shifting.role_shift import shift_down_steps, shift_up_steps
 from pivot.types import Role
 
 log = logging.getLogger(__name__)
+
+
+class InjectedFault(PivotError):
+    """A failure ``SlotActor.inject_fault`` asked for."""
 
 
 class SlotActor(Actor):
@@ -63,6 +67,9 @@ class SlotActor(Actor):
         self.build_s = time.perf_counter() - t
         self.active: Role | None = None
         self.replica_id: str | None = None
+        self.failed_shift: dict[str, Any] | None = None
+        """The last shift up's failure and whether it was rolled back (``_roll_back``)."""
+        self._fault: tuple[Role | None, int] | None = None   # (role, shift ups to skip)
 
     @endpoint
     def reset(self) -> float:
@@ -121,16 +128,66 @@ class SlotActor(Actor):
                 return self.source.read(ctx.model, members, layout,
                                         only=(self.device,))[self.device]
 
-        joined = ctx.join(group) if group is not None and hasattr(ctx, "join") else {}
-        phases = {**joined, **apply_steps(ctx, shift_up_steps(role), read)}
+        read = self._faulty(read, role, replica_id)
+        try:
+            joined = ctx.join(group) if group is not None and hasattr(ctx, "join") else {}
+            phases = {**joined, **apply_steps(ctx, shift_up_steps(role), read)}
+        except BaseException as e:
+            self.failed_shift = self._roll_back(role, replica_id, ctx, e)
+            raise
+        self.failed_shift = None
         self.active, self.replica_id = role, replica_id
         return phases, int(ctx.describe().get("kv_capacity", 0))
+
+    def _roll_back(self, role: Role, replica_id: str, ctx: RoleContext,
+                   err: BaseException) -> dict[str, Any]:
+        """After a failed shift up, the role's shift-down steps release what the steps
+        before the failure set up (each release is idempotent), so the slot holds
+        nothing and ``MeshController.restore`` can return it to the idle pool without a
+        reset. Training is not rolled back: its rank joined a process group the
+        replica's other ranks may still be in; its device waits for ``recover``."""
+        clean = False
+        if role is not Role.TRAINING:
+            try:
+                apply_steps(ctx, shift_down_steps(role), self._no_read)
+                clean = True
+            except Exception:  # noqa: BLE001 - reported: the slot stays lost
+                log.exception("slot %d: rolling back the failed shift up of %s", self.device,
+                              replica_id)
+        log.error("slot %d: shift up of %s replica %s failed (%s: %s); rolled back: %s",
+                  self.device, role.value, replica_id, type(err).__name__, err, clean)
+        return {"role": role.value, "replica_id": replica_id,
+                "error": f"{type(err).__name__}: {err}", "clean": clean}
+
+    @endpoint
+    def inject_fault(self, role: Role | None = None, skip: int = 0) -> None:
+        """Fault injection (``pivot.reliability``): the GPS Read of this slot's shift up
+        to ``role`` (None: any) after the next ``skip`` such shift ups raises
+        ``InjectedFault``, as a Read whose version a Write dropped would. One armed fault
+        at a time."""
+        self._fault = (None if role is None else Role.parse(role), skip)
+
+    def _faulty(self, read: Callable[[], Any], role: Role, replica_id: str
+                ) -> Callable[[], Any]:
+        if self._fault is None or self._fault[0] not in (None, role):
+            return read
+        want, skip = self._fault
+        if skip > 0:
+            self._fault = (want, skip - 1)
+            return read
+        self._fault = None
+
+        def fail() -> Any:
+            raise InjectedFault(f"slot {self.device}: injected fault in the GPS Read of "
+                                f"{role.value} replica {replica_id}")
+        return fail
 
     @endpoint
     def describe(self) -> dict[str, Any]:
         """What the slot holds now: role, replica, pid, and each context's residency."""
         return {"device": self.device, "host": self.host, "pid": os.getpid(),
                 "role": self.active, "replica_id": self.replica_id, "build_s": self.build_s,
+                "failed_shift": self.failed_shift,
                 "env": {k: os.environ.get(k) for k in self.env},
                 "context_ids": {r.value: id(c) for r, c in self.contexts.items()},
                 "contexts": {r.value: c.describe() for r, c in self.contexts.items()}}
