@@ -311,3 +311,35 @@ class FlakyBackend:
             self.failed += 1
             raise RuntimeError(f"injected: slot process of {replica_id} died during shift up")
         return self.inner.shift_up(role, replica_id, devices)
+
+
+class ReadFaultsAfterStart:
+    """Wraps a local run's observer (``LocalDriver.observer``, e.g. ``LocalChecker``): at
+    the loop's first tick, once the initial placement (which must not fail) is done, it
+    arms the next shift up to ``role`` of each slot of ``devices`` (None: every slot) to
+    fail in its GPS Read
+    (``SlotActor.inject_fault``). The run then meets as many failed shift plans as slots
+    shift up to ``role`` (``LocalControl._survive``)."""
+
+    def __init__(self, inner, role: Role, devices: tuple[int, ...] | None = None):
+        self.inner, self.role, self.devices, self.armed = inner, role, devices, False
+
+    def attach(self, driver, workflow) -> None:
+        self.inner.attach(driver, workflow)
+        tick = driver.control.tick
+
+        async def arm_then_tick(status):
+            if not self.armed:
+                self.armed = True
+                for dev in self.devices or range(driver.group.devices):
+                    await driver.ctl.actor(dev, self.role).inject_fault.call_one(
+                        self.role, 0)
+            return await tick(status)
+        driver.control.tick = arm_then_tick
+
+    def finish(self) -> None:
+        self.inner.finish()
+
+    def report(self):
+        return self.inner.report()
+

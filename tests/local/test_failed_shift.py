@@ -10,6 +10,7 @@ import pytest
 
 from pivot.local.deployments import FORCED_SHIFTS
 from pivot.local.driver import LocalDriver
+from pivot.reliability.injectors import ReadFaultsAfterStart
 from pivot.reliability.local_checks import LocalChecker
 from pivot.rl.data import PromptStream
 from pivot.rl.loop import LoopConfig
@@ -51,31 +52,13 @@ def test_a_rolled_back_shift_up_returns_its_device_to_idle_without_a_reset(stack
             sh.shift_down(f"ok-{d}")
 
 
-class FaultsAfterProvisioning(LocalChecker):
-    """The reliability checker that, at the loop's first tick (provisioning is done by
-    then and must not fail), arms a Read fault for every slot's next shift up to reward."""
-
-    def attach(self, driver, workflow):
-        super().attach(driver, workflow)
-        tick, armed = driver.control.tick, []
-
-        async def arm_then_tick(status):
-            if not armed:
-                for dev in range(driver.group.devices):
-                    driver.ctl.actor(dev, Role.REWARD).inject_fault.call_one(
-                        Role.REWARD, 0).get()
-                armed.append(dev)
-            return await tick(status)
-        driver.control.tick = arm_then_tick
-
-
 def test_a_run_whose_shifts_fail_goes_on_and_loses_nothing(stack, tmp_path):
     """Forced shifts every tick, with every slot's first shift up to reward after the
     first tick failing in its Read: each failed plan's devices come back to the pool and
     the run trains every step on every sequence."""
     group = dataclasses.replace(stack.group, max_response_tokens=32, max_judge_tokens=24,
                                 ignore_eos=True)
-    checker = FaultsAfterProvisioning(slot_every=2)
+    checker = ReadFaultsAfterStart(LocalChecker(slot_every=2), Role.REWARD)
     d = LocalDriver(group, FORCED_SHIFTS, PromptStream(prompts_per_step=2, num_val=4),
                     LoopConfig(tick_s=0.1, timeout_s=300.0), steps=3,
                     run_dir=str(tmp_path / "run"), eval_every=-1, stack=stack,

@@ -114,3 +114,28 @@ def test_each_follower_reads_from_gps_the_version_rank_0_loaded(tp_mesh, tiny_mo
         for k, v in base.items())
     for d in (0, 1):
         assert m.describe(d)["contexts"]["rollout"]["read_bytes"] == own < 0.6 * full
+
+
+def test_a_failed_tp_shift_up_is_rolled_back_on_both_ranks_and_serves_after(tp_mesh):
+    # rank 0's Read fails after rank 1 came up: rank 0 rolls back (its releases mirrored
+    # to rank 1), restore shifts rank 1 down, and the block serves as TP=1 again
+    from pivot.shifting.role_shift import SlotKind
+    from pivot.shifting.shifter import ShiftError
+
+    m, sh = tp_mesh, tp_mesh.shifter
+    sh.shift_up(Role.REWARD, "ref", (0,))
+    want = generate(m, 0)
+    sh.shift_down("ref")
+    m.actor(0, Role.ROLLOUT).inject_fault.call_one(Role.ROLLOUT, 0).get()
+    with pytest.raises(ShiftError, match="injected fault in the GPS Read of rollout"):
+        sh.shift_up(Role.ROLLOUT, "tp-fails", (0, 1))
+    assert [m.device_map.state(d).kind for d in (0, 1)] == [SlotKind.LOST] * 2
+    assert m.restore((0, 1)) == (0, 1)
+    ranks = [m.describe(d) for d in (0, 1)]
+    assert [r["role"] for r in ranks] == [None, None]
+    assert ranks[0]["failed_shift"]["clean"]
+    sh.shift_up(Role.ROLLOUT, "tp-after", (0, 1))
+    try:
+        assert generate(m, 0) == want
+    finally:
+        sh.shift_down("tp-after")
