@@ -191,6 +191,7 @@ class LocalStack:
         sh = self.ctl.shifter
         for rid in list(self.ctl.device_map.replicas()):
             sh.shift_down(rid)
+        self.ctl.disarm_faults()   # a fault a test armed and no shift met
         lost = self.ctl.device_map.devices_in(SlotKind.LOST)
         still = sorted(set(lost) - set(self.ctl.restore(lost))) if lost else []
         if still:   # the next run would have fewer devices than its group says

@@ -323,9 +323,13 @@ class ReadFaultsAfterStart:
 
     def __init__(self, inner, role: Role, devices: tuple[int, ...] | None = None):
         self.inner, self.role, self.devices, self.armed = inner, role, devices, False
+        self.driver = None
+        self.left = 0
+        """Armed faults that no shift up met (``finish``)."""
 
     def attach(self, driver, workflow) -> None:
         self.inner.attach(driver, workflow)
+        self.driver = driver
         tick = driver.control.tick
 
         async def arm_then_tick(status):
@@ -338,6 +342,9 @@ class ReadFaultsAfterStart:
         driver.control.tick = arm_then_tick
 
     def finish(self) -> None:
+        """Disarms the faults no shift up consumed (a reused stack's next run must not
+        meet them), then finishes the wrapped observer."""
+        self.left = self.driver.ctl.disarm_faults()
         self.inner.finish()
 
     def report(self):

@@ -332,6 +332,12 @@ class MeshController:
             back.append(d)
         return tuple(back)
 
+    def disarm_faults(self) -> int:
+        """Drops every live slot's armed ``inject_fault``; returns how many were armed."""
+        futs = [a.disarm_fault.call_one() for d, procs in enumerate(self.slots)
+                for k, a in enumerate(procs) if (d, k) not in self._dead_procs]
+        return sum(f.get(timeout=self.timeout) for f in futs)
+
     def _empty(self, device: int) -> None:
         """Shifts down what ``device``'s procs still hold after a failed replica shift;
         raises if one holds training or a failure it could not roll back."""

@@ -167,6 +167,12 @@ class SlotActor(Actor):
         at a time."""
         self._fault = (None if role is None else Role.parse(role), skip)
 
+    @endpoint
+    def disarm_fault(self) -> bool:
+        """Drops an armed ``inject_fault``; returns whether one was armed."""
+        armed, self._fault = self._fault is not None, None
+        return armed
+
     def _faulty(self, read: Callable[[], Any], role: Role, replica_id: str
                 ) -> Callable[[], Any]:
         if self._fault is None or self._fault[0] not in (None, role):
