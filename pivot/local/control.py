@@ -55,6 +55,9 @@ class LocalControl:
         self.clock = clock
         self.max_shift_failures = max_shift_failures
         self.failed_shifts: list[dict[str, Any]] = []
+        self.training_leaving = False
+        """A shift down of the training replica is in flight: the loop must not start a
+        step on it (``LocalTrainer.ready``)."""
         self.executor = ShiftExecutor(ctl.shifter, fleet.schedulers, fleet,
                                       before_migrate_up=self._refresh_if_published)
         self.publishes = 0       # policy versions published (LocalTrainer.publish)
@@ -94,10 +97,19 @@ class LocalControl:
         now = self.clock() - self.t0
         self._publishes_at_start = self.publishes
         lost_before = set(self.ctl.device_map.devices_in(SlotKind.LOST))
+        # The planner took training as a donor while it was idle with no batch ready;
+        # the plan's migration runs for seconds first, and a batch that becomes ready
+        # meanwhile must not start a step on devices about to shift down (seen once: the
+        # trainer's post-step call found its slot shifted down).
+        leaving = any(d.role is Role.TRAINING for d in plan.down)
+        self.training_leaving = self.training_leaving or leaving
         try:
             rep = await self.executor.execute_async(plan)
         except ShiftError as e:
             rep = await self._survive(now, plan, e, lost_before)
+        finally:
+            if leaving:
+                self.training_leaving = False
         self._record(now, plan, rep)
 
     async def _survive(self, now: float, plan: ShiftPlan, err: ShiftError,
@@ -149,8 +161,12 @@ class LocalControl:
         self.status = status
         if (self.release_idle_training and not self.busy and not status.batch_ready
                 and self.training_devices()):
-            (res,) = await self.ctl.shifter.shift_down_many_async(
-                [self.ctl.shifter.training_replica()])
+            self.training_leaving = True
+            try:
+                (res,) = await self.ctl.shifter.shift_down_many_async(
+                    [self.ctl.shifter.training_replica()])
+            finally:
+                self.training_leaving = False
             if isinstance(res, Exception):
                 raise res
         t = time.perf_counter()
@@ -230,7 +246,8 @@ class LocalTrainer:
         self.optimizer_moves = 0
 
     def ready(self) -> bool:
-        return bool(self.control.training_devices())
+        """A training replica is up and no shift in flight is taking it down."""
+        return bool(self.control.training_devices()) and not self.control.training_leaving
 
     def _all(self, devs: Sequence[int], method: str, **kwargs: Any) -> list[Any]:
         """``method`` on every slot of the replica at once; their results in rank order."""

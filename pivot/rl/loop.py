@@ -201,6 +201,10 @@ class RLLoop:
             # the checkpoint of the last step is on disk before the next step trains: a
             # crash inside a step resumes from the version just before it
             await self._flush_checkpoint()
+            if not self.trainer.ready():
+                # a shift that began while the checkpoint was written takes training's
+                # devices down: no step may start on them (LocalControl.training_leaving)
+                continue
             step = self.wf.version
             groups = self.wf.take_batch()
             lag = max(step - t.start_version for g in groups for t in g.trajectories)

@@ -34,3 +34,54 @@ def test_the_cause_is_the_remote_tracebacks_last_line():
            "pivot.runtime.slot.InjectedFault: slot 1: injected fault\n\n")
     assert root_cause(err) == "pivot.runtime.slot.InjectedFault: slot 1: injected fault"
     assert root_cause("one line") == "one line"
+
+
+class _Ctl:
+    """The controller's surface LocalControl and LocalTrainer read: a training replica on
+    slot 0, nothing lost."""
+
+    class shifter:   # noqa: N801 - the attribute's name
+        device_map = None
+
+        @staticmethod
+        def training_replica():
+            return "training-0"
+
+    class device_map:   # noqa: N801
+        @staticmethod
+        def replica_devices(rid):
+            return (0,)
+
+        @staticmethod
+        def devices_in(kind):
+            return ()
+
+
+class _Fleet:
+    schedulers: dict = {}
+
+
+def test_no_step_starts_on_training_while_a_plan_takes_it_down():
+    # the planner took idle training as a donor; while the plan's migration runs, a batch
+    # became ready: the trainer must not report ready until the plan is done
+    import asyncio
+
+    from pivot.local.control import LocalControl, LocalTrainer
+    from pivot.planner.plan import ShiftDown, ShiftPlan
+
+    control = LocalControl(_Ctl, _Fleet, object(), {}, 1, 1.0, False)
+    trainer = LocalTrainer(_Ctl, _Fleet, control, None, 0)
+    seen = []
+
+    class Executor:
+        async def execute_async(self, plan):
+            seen.append(trainer.ready())
+            return ShiftReport(plan.up_role)
+
+    control.executor = Executor()
+    take = ShiftPlan(Role.ROLLOUT, (ShiftDown(Role.TRAINING, None, (0,)),), ((0,),))
+    keep = ShiftPlan(Role.ROLLOUT, (ShiftDown(Role.REWARD, "reward-0", (1,)),), ((1,),))
+    assert trainer.ready()
+    asyncio.run(control.execute_async(take))
+    asyncio.run(control.execute_async(keep))
+    assert seen == [False, True] and trainer.ready()

@@ -112,3 +112,26 @@ def test_training_stays_busy_until_its_weights_are_published():
     loop.run()
     assert seen == [True] * 3
     assert loop.control.busy is False
+
+
+def test_a_step_starts_only_if_training_is_still_ready_after_the_checkpoint():
+    # a shift that takes training down may begin while the loop writes the checkpoint
+    # (an await): the loop asks again before the step, and starts none on a "no"
+    wf, tr, loop = make(3)
+    calls = []
+    train = tr.train
+
+    def ready():
+        ok = sum(c[0] == "ready" for c in calls) != 1   # the second answer is "no"
+        calls.append(("ready", ok))
+        return ok
+
+    def train_(groups, version):
+        calls.append(("train", True))
+        return train(groups, version)
+
+    tr.ready, tr.train = ready, train_
+    loop.run()
+    steps = [i for i, c in enumerate(calls) if c[0] == "train"]
+    assert len(steps) == 3 and all(calls[i - 1] == ("ready", True) for i in steps)
+    assert calls[:2] == [("ready", True), ("ready", False)]   # the re-check said no
