@@ -165,6 +165,33 @@ def replica_unique_cpu_shm() -> None:
     make_group_name._pivot_replica_unique = True  # type: ignore[attr-defined]
     _CPUSHMDistributed.make_group_name = staticmethod(make_group_name)
 
+    # A rank's segment outlives a process that did not exit cleanly (/dev/shm keeps
+    # "<port>-tp:0-[0-1]-cpushm_<rank>"), and a later replica whose rendezvous port the OS
+    # hands out again fails with errno 17 (seen once in a full suite run). The port is
+    # free when a replica is given it, so no live replica owns a segment of that name:
+    # each rank removes its own stale one before creating it.
+    original_init = _CPUSHMDistributed._init_cpu_shm
+
+    def _init_cpu_shm(self) -> int:
+        port = os.environ.get("MASTER_PORT", "")
+        if port.isdigit() and self.group_name.startswith(port + "-"):
+            stale_cpu_shm(self.group_name, self.communicator.rank)
+        return original_init(self)
+
+    _CPUSHMDistributed._init_cpu_shm = _init_cpu_shm
+
+
+def stale_cpu_shm(group_name: str, rank: int, root: str = "/dev/shm") -> bool:
+    """Removes ``rank``'s segment of ``group_name`` (vLLM's CPU communicator) if a dead
+    process left it; returns whether one was there."""
+    import os
+
+    try:
+        os.unlink(os.path.join(root, f"{group_name}_{rank}"))
+    except FileNotFoundError:
+        return False
+    return True
+
 
 def cpu_moe_expert_map() -> None:
     """Lets an expert-parallel replica run on vLLM's CPU MoE kernel.

@@ -286,3 +286,32 @@ def test_two_tp_replicas_on_one_machine_get_their_own_cpu_shm_segment(monkeypatc
     assert first == "29500-tp:0-[0-1]-cpushm" and second == "29501-tp:0-[0-1]-cpushm"
     monkeypatch.setenv("VLLM_DIST_IDENT", "12345")   # a tcp:// init: left alone
     assert _CPUSHMDistributed.make_group_name(comm) == "12345-tp:0-[0-1]-cpushm"
+
+
+def test_a_dead_replicas_segment_on_a_reused_port_is_removed_before_creation(
+        monkeypatch, tmp_path):
+    # a killed rank leaves "<port>-tp:0-[0-1]-cpushm_<rank>"; a later replica on the same
+    # port failed with "create shm in SHMManager failed. errno: 17"
+    from types import SimpleNamespace
+
+    from vllm.distributed.device_communicators.cpu_communicator import _CPUSHMDistributed
+
+    name = "29507-tp:0-[0-1]-cpushm"
+    for r in (0, 1):
+        (tmp_path / f"{name}_{r}").write_bytes(b"stale")
+    assert vc.stale_cpu_shm(name, 1, root=str(tmp_path))
+    assert not vc.stale_cpu_shm(name, 1, root=str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{name}_0"]   # rank 0's own
+    # the shim calls it for the rank's own segment, and only for a port-named one
+    seen = []
+    monkeypatch.setattr(_CPUSHMDistributed, "_init_cpu_shm", lambda self: 7)
+    monkeypatch.setattr(_CPUSHMDistributed, "make_group_name",
+                        _CPUSHMDistributed.__dict__["make_group_name"])
+    monkeypatch.setattr(vc, "stale_cpu_shm", lambda n, r, root="/dev/shm": seen.append((n, r)))
+    vc.replica_unique_cpu_shm()
+    monkeypatch.setenv("MASTER_PORT", "29507")
+    shm = object.__new__(_CPUSHMDistributed)
+    shm.communicator = SimpleNamespace(rank=1)
+    for shm.group_name in (name, "//-tp:0-[0-1]-cpushm"):
+        assert shm._init_cpu_shm() == 7
+    assert seen == [(name, 1)]
