@@ -317,9 +317,8 @@ class ReadFaultsAfterStart:
     """Wraps a local run's observer (``LocalDriver.observer``, e.g. ``LocalChecker``): at
     the loop's first tick, once the initial placement (which must not fail) is done, it
     arms the next shift up to ``role`` of each slot of ``devices`` (None: every slot) to
-    fail in its GPS Read
-    (``SlotActor.inject_fault``). The run then meets as many failed shift plans as slots
-    shift up to ``role`` (``LocalControl._survive``)."""
+    fail in its GPS Read (``SlotActor.inject_fault``). The run then meets as many failed
+    shift plans as slots shift up to ``role`` (``LocalControl._survive``)."""
 
     def __init__(self, inner, role: Role, devices: tuple[int, ...] | None = None):
         self.inner, self.role, self.devices, self.armed = inner, role, devices, False
@@ -349,4 +348,3 @@ class ReadFaultsAfterStart:
 
     def report(self):
         return self.inner.report()
-

@@ -321,8 +321,7 @@ class MeshController:
         lost = set(self.device_map.devices_in(SlotKind.LOST))
         back = []
         for d in devices:
-            if d not in lost or d in self.dead or any(
-                    (d, k) in self._dead_procs for k in range(len(self.keys))):
+            if d not in lost or d in self.dead:   # dead: a proc of it died (poll_faults)
                 continue
             try:
                 self._empty(d)
