@@ -193,6 +193,30 @@ def stale_cpu_shm(group_name: str, rank: int, root: str = "/dev/shm") -> bool:
     return True
 
 
+def remove_cpu_shm(ports: Iterable[int], root: str = "/dev/shm") -> int:
+    """Removes every segment of vLLM's CPU communicator named after one of ``ports`` (the
+    rendezvous ports of a stack's TP replicas, ``replica_unique_cpu_shm``); returns how
+    many. Slot processes are stopped, not exited, so vLLM never unlinks them, and each TP
+    start left 4 MB a rank in ``/dev/shm`` until its port came round again. Call it after
+    the replicas' processes stopped (a mapping that is still open survives the unlink)."""
+    prefixes = tuple(f"{p}-" for p in ports)
+    if not prefixes:
+        return 0
+    try:
+        names = os.listdir(root)
+    except FileNotFoundError:
+        return 0
+    n = 0
+    for name in names:
+        if name.startswith(prefixes) and "-cpushm_" in name:
+            try:
+                os.unlink(os.path.join(root, name))
+                n += 1
+            except FileNotFoundError:
+                pass
+    return n
+
+
 def cpu_moe_expert_map() -> None:
     """Lets an expert-parallel replica run on vLLM's CPU MoE kernel.
 

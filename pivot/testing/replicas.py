@@ -10,6 +10,7 @@ from collections.abc import Iterator, Mapping
 
 import torch
 
+from pivot.compat.vllm import remove_cpu_shm
 from pivot.gps.actor import GPSActor
 from pivot.gps.layout import ModelMeta, plan_storage
 from pivot.local.contexts import GeneratorFactory
@@ -36,8 +37,9 @@ def two_slot_mesh(name: str, model_dir: str, configs: Mapping[Role, EngineConfig
     source = GPSParameterSource([gps], metas, storage, (0, 0))
     for m in (POLICY, GENRM):
         source.gps.load(m, sd)
-    factories = {r: GeneratorFactory(r, c, source, 2, tp_ports=free_ports(1)
-                                     if c.tensor_parallel_size > 1 else ())
+    ports = {r: free_ports(1) if c.tensor_parallel_size > 1 else ()
+             for r, c in configs.items()}
+    factories = {r: GeneratorFactory(r, c, source, 2, tp_ports=ports[r])
                  for r, c in configs.items()}
     sizes = {r: c.tensor_parallel_size for r, c in configs.items()
              if c.tensor_parallel_size > 1}
@@ -49,6 +51,7 @@ def two_slot_mesh(name: str, model_dir: str, configs: Mapping[Role, EngineConfig
         ctl.stop()
         source.gps.close()
         gps.close.call_one().get()
+        remove_cpu_shm([p for ps in ports.values() for p in ps])   # as LocalStack.close
 
 
 def generate(ctl: MeshController, device: int, prompts: list[list[int]], *,

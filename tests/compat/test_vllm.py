@@ -315,3 +315,18 @@ def test_a_dead_replicas_segment_on_a_reused_port_is_removed_before_creation(
     for shm.group_name in (name, "//-tp:0-[0-1]-cpushm"):
         assert shm._init_cpu_shm() == 7
     assert seen == [(name, 1)]
+
+
+def test_a_stacks_tp_segments_are_removed_by_their_ports_only(tmp_path):
+    # what LocalStack.close removes after its slots stopped: its TP blocks' segments
+    # (4 MB a rank each); another stack's, and anything not vLLM's, stay
+    mine = ["29507-tp:0-[0-1]-cpushm_0", "29507-tp:0-[0-1]-cpushm_1",
+            "29508-tp:0-[0-1]-cpushm_0"]
+    others = ["29509-tp:0-[0-1]-cpushm_0", "295070-tp:0-[0-1]-cpushm_0",
+              "29507-gps-policy"]
+    for n in mine + others:
+        (tmp_path / n).write_bytes(b"x")
+    assert vc.remove_cpu_shm([29507, 29508], root=str(tmp_path)) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(others)
+    assert vc.remove_cpu_shm([], root=str(tmp_path)) == 0
+    assert vc.remove_cpu_shm([1], root=str(tmp_path / "missing")) == 0

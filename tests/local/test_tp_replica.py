@@ -24,14 +24,23 @@ CACHE = str(Path(__file__).resolve().parents[2] / "cache")
 PROMPTS = [[1, 5 + 7 * i, 17 + i, 42 + 3 * i, 9] for i in range(4)]
 
 
+def _cpu_shm() -> set[str]:
+    """vLLM's CPU communicator segments on this machine (4 MB a TP rank)."""
+    return {p.name for p in Path("/dev/shm").glob("*-cpushm_*")}
+
+
 @pytest.fixture(scope="module")
 def tp_mesh(tiny_model):
     # the reward role serves the same weights at TP=1: the reference
     common = dict(cache_dir=CACHE, num_blocks=64, max_num_seqs=8)
+    before = _cpu_shm()
     with two_slot_mesh("gps_tp", tiny_model, {
             Role.ROLLOUT: EngineConfig(tiny_model, tensor_parallel_size=2, **common),
             Role.REWARD: EngineConfig(tiny_model, **common)}) as (ctl, _):
         yield ctl
+        assert len(_cpu_shm() - before) == 2, "the TP=2 replica's ranks hold a segment each"
+    # the slot procs are stopped, not exited: their segments are removed by port
+    assert not _cpu_shm() - before, "TP segments left in /dev/shm after the mesh stopped"
 
 
 def generate(ctl, device: int, abort_first: bool = False) -> dict[int, list[int]]:
