@@ -188,6 +188,12 @@ def summary_rows(out: dict[str, Any], run_dir: Path) -> list[tuple[str, Any]]:
             lost = sorted({d for f in failed for d in f["lost"]} -
                           {d for f in failed for d in f["restored"]})
             rows.append(("failed shifts (devices still lost)", f"{len(failed)} ({lost})"))
+        deaths = out.get("slot_deaths") or []
+        if deaths:   # the run went on past them (pivot.local.faults)
+            devs = sorted({d for x in deaths for d in x["devices"]})
+            rows.append(("slot processes died (replaced)",
+                         f"{len(deaths)} (slots {devs}, "
+                         f"{sum(x['requeued'] for x in deaths)} sequences requeued)"))
     else:
         rows += [("throughput (tok/s)", out.get("throughput")),
                  ("step time (simulated s)", out.get("step_time")),

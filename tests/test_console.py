@@ -80,3 +80,8 @@ def test_summary_rows_of_a_local_result(tmp_path):
            "throughput_run": 15.0, "shifts": 3, "startup_s": 50.0, "wall_s": 70.0}
     text = console.table(console.summary_rows(out, tmp_path))
     assert "0.500 -> 0.750" in text and "0.250" in text and str(tmp_path) in text
+    assert "died" not in text and "failed shifts" not in text   # only when a run met them
+    out["slot_deaths"] = [{"devices": [2], "requeued": 4}, {"devices": [2], "requeued": 0}]
+    out["failed_shifts"] = [{"lost": [1, 3], "restored": [1]}]
+    text = console.table(console.summary_rows(out, tmp_path))
+    assert "2 (slots [2], 4 sequences requeued)" in text and "1 ([3])" in text

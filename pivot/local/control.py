@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from pivot.local.faults import SlotFaults
 from pivot.planner.monitor import RoleShape, snapshot
 from pivot.planner.plan import ShiftPlan
 from pivot.errors import StateError
@@ -44,11 +45,14 @@ class LocalControl:
             the schedulers consistent (its sequences were migrated before, or never
             arrived), so the run goes on without those devices; the next failure past
             this many ends the run with it.
+        max_slot_deaths / on_replaced: slot processes that may die before the run stops,
+            and what to do with a replaced slot's new processes (``SlotFaults``).
     """
 
     def __init__(self, ctl, fleet, planner, shapes: dict[Role, RoleShape], train_needed: int,
                  tau_train: float, release_idle_training: bool, clock=time.monotonic,
-                 max_shift_failures: int = 2):
+                 max_shift_failures: int = 2, max_slot_deaths: int = 2,
+                 on_replaced: Callable[[tuple[int, ...]], None] | None = None):
         self.ctl, self.fleet, self.planner = ctl, fleet, planner
         self.shapes, self.train_needed, self.tau_train = shapes, train_needed, tau_train
         self.release_idle_training = release_idle_training
@@ -70,6 +74,9 @@ class LocalControl:
         self.planner_s: list[float] = []
         if hasattr(planner, "bind"):
             planner.bind(lambda: self.status.oldest_rollout_done)
+        self.faults = SlotFaults(ctl, fleet, self.execute_async, clock, self.t0,
+                                 on_replaced=on_replaced, max_deaths=max_slot_deaths)
+        fleet.on_slot_error = self.faults.after_error
 
     def training_devices(self) -> tuple[int, ...]:
         rid = self.ctl.shifter.training_replica()
@@ -159,6 +166,7 @@ class LocalControl:
     # ---- ControlPort ---------------------------------------------------------------
     async def tick(self, status: LoopStatus) -> None:
         self.status = status
+        await self.faults.check()   # dead slots first: the snapshot must not see them
         if (self.release_idle_training and not self.busy and not status.batch_ready
                 and self.training_devices()):
             self.training_leaving = True

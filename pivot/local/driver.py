@@ -28,6 +28,7 @@ from pivot.config.validation import (check, check_bool, check_range, check_text,
                                      default_of)
 from pivot.errors import ConfigError
 from pivot.local.closers import run_closers
+from pivot.local.faults import stopped_by
 from pivot.local.group import LocalGroup
 from pivot.local.stack import LocalStack
 from pivot.planner.monitor import RoleShape
@@ -39,6 +40,7 @@ from pivot.rl.loop import LoopConfig, RLLoop
 from pivot.rl.objective import Objective
 from pivot.rl.staleness import StalenessBound
 from pivot.rl.workflow import RLWorkflow
+from pivot.runtime.pending import SlotProcessDied
 from pivot.scheduler.scheduler import ShiftAwareScheduler
 from pivot.scheduler.throughput import BinaryThroughputModel, ThroughputModel
 from pivot.sim.deployment import Deployment
@@ -129,6 +131,8 @@ class LocalDriver:
             None (the default) adds nothing to the run.
         max_shift_failures: shift plans whose slot work may fail (their devices LOST for
             the rest of the run, ``LocalControl``) before the run stops with the error.
+        max_slot_deaths: slot processes that may die mid-run (their sequences go on
+            elsewhere, the slot is replaced: ``pivot.local.faults``) before the run stops.
     """
 
     def __init__(self, group: LocalGroup = gin.REQUIRED, deployment: Deployment = gin.REQUIRED,
@@ -139,7 +143,8 @@ class LocalDriver:
                  tau_inference: float = 0.5, tau_training: float = 1.0,
                  cpu_share: float = 0.5, lr: float = 1e-4, eval_every: int = 0,
                  resume: bool = False, run_dir: str | None = None, stack=None,
-                 observer: Any = None, max_shift_failures: int = 2):
+                 observer: Any = None, max_shift_failures: int = 2,
+                 max_slot_deaths: int = 2):
         cores = os.cpu_count() or 1
         for k, v, cls in (("group", group, LocalGroup), ("deployment", deployment, Deployment),
                           ("stream", stream, PromptStream), ("loop", loop, LoopConfig),
@@ -169,6 +174,8 @@ class LocalDriver:
         check_bool("LocalDriver.resume", resume)
         check_range("LocalDriver.max_shift_failures", max_shift_failures, 0, integer=True,
                     why="failed shift plans the run survives; 0: the first one ends it")
+        check_range("LocalDriver.max_slot_deaths", max_slot_deaths, 0, integer=True,
+                    why="slot processes that may die mid-run; 0: the first death ends it")
         check_text("LocalDriver.run_dir", run_dir, optional=True)
         check(observer is None or all(hasattr(observer, m) for m in ("attach", "finish",
                                                                        "report")),
@@ -185,7 +192,7 @@ class LocalDriver:
         self.run_dir = Path(run_dir) if run_dir else None
         self.stack, self._own_stack = stack, False
         self.observer = observer
-        self.max_shift_failures = max_shift_failures
+        self.max_shift_failures, self.max_slot_deaths = max_shift_failures, max_slot_deaths
         # training's slots: every slot (colocated), the deployment's, or the group's;
         # one FSDP2 rank on each (pivot.local.contexts.SlotTrainerContext)
         td = deployment.training_devices
@@ -286,13 +293,21 @@ class LocalDriver:
         planner = self.planner
         self.control = LocalControl(self.ctl, self.fleet, planner, shapes, self.train_needed,
                                     self.tau_training, d.release_idle_training,
-                                    max_shift_failures=self.max_shift_failures)
+                                    max_shift_failures=self.max_shift_failures,
+                                    max_slot_deaths=self.max_slot_deaths,
+                                    on_replaced=self._cap_replaced)
         self.trainer = LocalTrainer(self.ctl, self.fleet, self.control, self.source,
                                     self.tok.pad_token_id or 0,
                                     scale_by_std=self.objective.scale_by_std)
         wf = RLWorkflow(self.stream, g.n, self.steps, StalenessBound(d.staleness), encode,
                         reward_fn=self.objective.reward)
         return wf, RolloutService(self.fleet), RewardService(self.fleet)
+
+    def _cap_replaced(self, devices: tuple[int, ...]) -> None:
+        """A replaced slot's new processes go under its CPU share."""
+        for d in devices:
+            for pid in self.ctl.describe(d)["pids"]:
+                self.shares.assign(d, pid)
 
     def _provision(self, allocation: dict[str, Any] | None) -> None:
         """Initial placement (or the checkpoint's allocation) through the executor."""
@@ -375,7 +390,17 @@ class LocalDriver:
         self._provision(allocation)
         startup = time.perf_counter() - t0
         log.info("start-up %.1f s; running %s for %d steps", startup, self.dep.name, self.steps)
-        hist = loop.run()
+        try:
+            hist = loop.run()
+        except BaseException as err:
+            try:   # what can be returned to the pool is; the run's own error goes on
+                self.control.faults.finish()
+            except Exception as e:  # noqa: BLE001
+                log.warning("returning replaced slots after the failed run: %s", e)
+            if isinstance(err, SlotProcessDied):
+                raise stopped_by(err, run_dir) from err
+            raise
+        self.control.faults.finish()   # slots replaced mid-run back in the pool
         checks = None
         if self.observer is not None:
             self.observer.finish()
@@ -388,6 +413,7 @@ class LocalDriver:
                            "lengths_fed": self.fleet.lengths_fed,
                            "sequences_retried": self.fleet.retried,
                            "failed_shifts": self.control.failed_shifts,
+                           "slot_deaths": self.control.faults.records,
                            "planner_mean_s": (sum(self.control.planner_s) /
                                               max(len(self.control.planner_s), 1)),
                            "cpu_share": self.cpu_share, "policy_dir": self.policy_dir,

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pivot.rewards.genrm import build_genrm_prompt
 from pivot.roles.engine.port import GeneratorPort
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from pivot.models.tokenizer import TextCodec
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
 
 
 class SlotHandle:
@@ -117,6 +118,10 @@ class Fleet:
         self.retries: dict[int, int] = {}
         self.retried = 0
         self.lock = asyncio.Lock()
+        self.on_slot_error: Callable[[BaseException], Awaitable[bool]] | None = None
+        """Asked, under ``lock``, when a poll, dispatch or refresh fails: whether a slot
+        died (and was handled), so the operation may run again without it
+        (``pivot.local.faults.SlotFaults.after_error``). None: the failure raises."""
 
     def _spec(self, seq: SequenceState) -> SampleSpec:
         import dataclasses
@@ -153,16 +158,27 @@ class Fleet:
         suspended: no tick sees them in nobody's hands), then dispatches under the lock.
         Queueing commutes with any operation in flight: it only adds waiting sequences."""
         self.register(role, trajs)
-        async with self.lock:
-            await run_async(self.dispatch_steps())
+        await self._guarded(self.dispatch_steps)
 
     async def poll_async(self) -> None:
-        async with self.lock:
-            await run_async(self.poll_steps())
+        await self._guarded(self.poll_steps)
 
     async def refresh_rollout_async(self) -> float:
+        return await self._guarded(self.refresh_rollout_steps)
+
+    async def _guarded(self, steps_of: Callable[[], Steps[R]]) -> R:
+        """Runs the steps under ``lock``; if they fail because a slot died (``on_slot_error``
+        says so and has handled it), runs them once more. Each of these operations may
+        run again after a partial failure: results read before the failure are kept
+        (``GeneratorPort.finished``, the sequences' recorded tokens), and a replica whose
+        call failed is gone from the device map, the schedulers and the port."""
         async with self.lock:
-            return await run_async(self.refresh_rollout_steps())
+            try:
+                return await run_async(steps_of())
+            except Exception as e:  # noqa: BLE001 - only a slot's death is handled
+                if self.on_slot_error is None or not await self.on_slot_error(e):
+                    raise
+            return await run_async(steps_of())
 
     async def migrate_async(self, actions_of: Callable[[], Sequence[object]]
                             ) -> MigrationStats:

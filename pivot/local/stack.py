@@ -58,6 +58,7 @@ class LocalStack:
     startup_s: float = 0.0
     runs: int = 0
     _closers: list = field(default_factory=list)
+    _tp_ports: list = field(default_factory=list)   # the TP blocks' rendezvous ports
 
     def key(self) -> tuple:
         """What a run must share with the stack to reuse it (the run's sampling seed and
@@ -145,6 +146,7 @@ class LocalStack:
         # each TP block's ranks meet on its host, at a port that host found free
         ports = rendezvous_ports(tp, alloc.device_host,
                                  lambda h, n: gps[h].free_ports.call_one(n).get())
+        self._tp_ports = [p for ps in ports.values() for p in ps]
         factories: dict[Role, Any] = {
             r: GeneratorFactory(r, ecfg[r], self.source, cores,
                                 tp_ports=ports[MODEL_OF_ROLE[r]])
@@ -186,12 +188,20 @@ class LocalStack:
 
     def reset(self) -> float:
         """Every replica shifted down to idle, the initial policy back in GPS;
-        engines and trainer contexts stay. Returns seconds."""
+        engines and trainer contexts stay (a slot whose process died is replaced).
+        Returns seconds."""
         t = time.perf_counter()
         sh = self.ctl.shifter
+        self.ctl.poll_faults()     # slot processes that died and the run did not replace
         for rid in list(self.ctl.device_map.replicas()):
             sh.shift_down(rid)
         self.ctl.disarm_faults()   # a fault a test armed and no shift met
+        dead = tuple(sorted(self.ctl.dead))
+        if dead:
+            self.ctl.recover(dead)
+            for d in dead:
+                for pid in self.ctl.describe(d)["pids"]:
+                    self.shares.assign(d, pid)
         lost = self.ctl.device_map.devices_in(SlotKind.LOST)
         still = sorted(set(lost) - set(self.ctl.restore(lost))) if lost else []
         if still:   # the next run would have fewer devices than its group says
@@ -216,4 +226,7 @@ class LocalStack:
             except Exception as e:  # noqa: BLE001 - closing goes on past a dead slot
                 log.warning("close: stopping the slots: %s", e)
             self.ctl = None
+            if self.group.backend.kind == "cpu":   # the TP ranks' CPU shm segments
+                from pivot.compat.vllm import remove_cpu_shm
+                remove_cpu_shm(self._tp_ports)
 

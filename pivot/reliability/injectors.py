@@ -348,3 +348,51 @@ class ReadFaultsAfterStart:
 
     def report(self):
         return self.inner.report()
+
+
+class KillSlotMidRun:
+    """Wraps a local run's observer (``LocalDriver.observer``): at the first tick after
+    ``after_steps`` steps at which a ``role`` replica has sequences running (training: a
+    step running), it SIGKILLs that replica's slot process (the one with the most
+    sequences; training's first slot), as a crashed host process would die. An inference
+    slot's run goes on, a training slot's stops to be resumed (``pivot.local.faults``).
+    Local procs only: the process is killed by its pid."""
+
+    def __init__(self, inner, role: Role, after_steps: int = 1):
+        self.inner, self.role, self.after_steps = inner, role, after_steps
+        self.killed: dict[str, object] | None = None
+        """device, pid, replica and its running sequences at the kill."""
+
+    def attach(self, driver, workflow) -> None:
+        import os
+        import signal
+
+        self.inner.attach(driver, workflow)
+        tick = driver.control.tick
+
+        async def kill_then_tick(status):
+            if self.killed is None and len(driver.loop.history) >= self.after_steps:
+                if self.role is Role.TRAINING:
+                    rid = driver.ctl.shifter.training_replica()
+                    busy = [(1, rid)] if rid and driver.control.busy else []
+                else:
+                    sched = driver.fleet.schedulers[self.role]
+                    busy = [(len(v.running), rid) for rid, v in sched.replicas.items()
+                            if v.running]
+                if busy:
+                    n, rid = max(busy)
+                    dev = driver.ctl.device_map.replica_devices(rid)[0]
+                    pid = driver.ctl.describe(dev)["pid"]
+                    os.kill(pid, signal.SIGKILL)
+                    self.killed = {"device": dev, "pid": pid, "replica": rid, "running": n}
+                    log.warning("killed slot %d (pid %d, %s %s)", dev, pid, rid,
+                                "mid-step" if self.role is Role.TRAINING
+                                else f"with {n} sequences")
+            return await tick(status)
+        driver.control.tick = kill_then_tick
+
+    def finish(self) -> None:
+        self.inner.finish()
+
+    def report(self):
+        return self.inner.report()

@@ -10,7 +10,6 @@ Shifting never restarts a process or an engine; it only changes what the slots h
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 import threading
@@ -21,6 +20,7 @@ from typing import Any
 from pivot.compat.monarch import install_fault_hook
 from pivot.errors import StateError
 from pivot.roles.titan.group import GroupStore
+from pivot.runtime.pending import Pending, PendingShift, PendingWrite, SlotProcessDied
 from pivot.runtime.provision import Allocation, allocate, spawn_on
 from pivot.runtime.slot import SlotActor
 from pivot.shifting.contexts import RoleContext
@@ -28,7 +28,7 @@ from pivot.shifting.device_map import Clock, DeviceMap
 from pivot.shifting.params import ParameterSource
 from pivot.shifting.role_shift import SlotKind
 from pivot.shifting.shifter import ShiftResult, Shifter
-from pivot.types import MODEL_OF_ROLE, Role
+from pivot.types import Role
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +98,7 @@ class MeshController:
         self.dead: set[int] = set()
         """Devices with a dead proc (until ``recover``)."""
         self._dead_procs: set[tuple[int, int]] = set()
+        self._dead_names: set[str] = set()   # slot meshes supervision reported failed
         install_fault_hook(self._on_fault, weak=True)  # every live controller sees faults
         t = time.perf_counter()
         n = len(alloc.device_host)
@@ -124,6 +125,18 @@ class MeshController:
         g = self._gen[device][k]
         return (f"{self._prefix}{device}{key.value if key is not None else ''}"
                 f"{f'r{g}' if g else ''}")
+
+    def _reported_dead(self, device: int) -> bool:
+        """Whether supervision reported a proc of ``device`` dead (before ``poll_faults``
+        took the report)."""
+        return any(self._name(device, k) in self._dead_names for k in range(len(self.keys)))
+
+    def _pending(self, device: int, k: int, fut: Any) -> Pending:
+        """A started call to proc ``k`` of ``device``: it fails as soon as supervision
+        reports that proc dead, not when its timeout runs out."""
+        name = self._name(device, k)
+        return Pending(fut, self.timeout, lambda: name in self._dead_names,
+                       f"slot {device} ({name})")
 
     def _spawn(self, device: int, k: int):
         env = dict(self._slot_env(device)) if self._slot_env is not None else None
@@ -169,12 +182,13 @@ class MeshController:
         return self.start_shift_up(role, replica_id, devices).get()
 
     def start_shift_down(self, role: Role, replica_id: str,
-                         devices: tuple[int, ...]) -> "_PendingShift":
+                         devices: tuple[int, ...]) -> PendingShift:
         """Starts the shift down on every device of the replica; ``.get()`` waits."""
         self._check_not_writing(f"shift down {role.value} replica {replica_id}", devices)
-        futs = [self.actor(d, role).shift_down.call_one(role, replica_id) for d in devices]
-        return _PendingShift(futs, self.timeout,
-                             lambda rs: ShiftResult(_slowest(rs)))
+        calls = [self._pending(d, self._key(d, role),
+                               self.actor(d, role).shift_down.call_one(role, replica_id))
+                 for d in devices]
+        return PendingShift(calls, lambda rs: ShiftResult(_slowest(rs)))
 
     def _check_not_writing(self, what: str, devices: tuple[int, ...]) -> None:
         busy = sorted(self._writing.intersection(devices))
@@ -185,7 +199,7 @@ class MeshController:
                              f"training busy until its weights are published)")
 
     def start_shift_up(self, role: Role, replica_id: str,
-                       devices: tuple[int, ...]) -> "_PendingShift":
+                       devices: tuple[int, ...]) -> PendingShift:
         """Starts the shift up on every device of the replica; ``.get()`` waits."""
         k = self.replica_sizes.get(role)
         if k is not None and (len(devices) != k or devices[0] % k
@@ -215,7 +229,8 @@ class MeshController:
         def done(results: list) -> ShiftResult:
             kv = min(k for _, k in results) if role is not Role.TRAINING else 0
             return ShiftResult(_slowest([p for p, _ in results]), kv)
-        return _PendingShift(futs, self.timeout, done)
+        return PendingShift([self._pending(d, self._key(d, role), f)
+                             for d, f in zip(devices, futs)], done)
 
     # ---- inspection and role-specific calls ------------------------------------------
     def describe(self, device: int) -> dict[str, Any]:
@@ -226,9 +241,17 @@ class MeshController:
         return self._merge(device, [f.get(timeout=self.timeout) for f in futs])
 
     def describe_all(self) -> list[dict[str, Any]]:
-        futs = [[a.describe.call_one() for a in s] for s in self.slots]
-        return [self._merge(d, [f.get(timeout=self.timeout) for f in fs])
-                for d, fs in enumerate(futs)]
+        """``describe`` of every slot; a slot with a dead proc (until it is replaced)
+        answers ``{"device", "dead": True, "role": None, "replica_id": None}``."""
+        calls = [[self._pending(d, k, a.describe.call_one()) for k, a in enumerate(s)]
+                 for d, s in enumerate(self.slots)]
+        out = []
+        for d, cs in enumerate(calls):
+            try:
+                out.append(self._merge(d, [c.get() for c in cs]))
+            except SlotProcessDied:
+                out.append({"device": d, "dead": True, "role": None, "replica_id": None})
+        return out
 
     def _merge(self, device: int, parts: list[dict[str, Any]]) -> dict[str, Any]:
         held = [p for p in parts if p["role"] is not None]
@@ -243,18 +266,18 @@ class MeshController:
         return self.actor(device, role).tensors.call_one(role, item).get(timeout=self.timeout)
 
     def invoke(self, device: int, method: str, **kwargs: Any) -> Any:
-        return self._holder(device).invoke.call_one(method, kwargs).get(timeout=self.timeout)
+        return self.invoke_start(device, method, **kwargs).get()
 
     def invoke_start(self, device: int, method: str, **kwargs: Any):
         """Like ``invoke`` but returns at once with a handle; ``.get()`` waits for the
         result. Calls to several slots started before any ``get`` run concurrently."""
         fut = self._holder(device).invoke.call_one(method, kwargs)
-        return _Pending(fut, self.timeout)
+        return self._pending(device, self._active[device], fut)
 
     def write_back(self, device: int) -> float:
         return self.write_back_start(device).get()
 
-    def write_back_replica(self, devices: tuple[int, ...]) -> "_PendingWrite":
+    def write_back_replica(self, devices: tuple[int, ...]) -> PendingWrite:
         """The training replica's GPS Write of its weights (sec. 5.1), started; ``.get()``
         or ``await .wait()`` for the seconds it took. Under a layout for the replica
         (``FsdpShardLayouts``) every rank stages its own rows into one Write that this
@@ -262,12 +285,18 @@ class MeshController:
         devices = tuple(devices)
         layout = (self.layouts(Role.TRAINING, devices) if self.layouts is not None
                   else None)
-        return _PendingWrite(self, devices, layout)
+        return PendingWrite(self, devices, layout)
 
-    def write_back_start(self, device: int) -> _Pending:
+    def write_back_start(self, device: int) -> Pending:
         """Starts the training slot's GPS Write of its weights; ``.get()`` or ``await
         .wait()`` for the seconds it took."""
-        return _Pending(self._holder(device).write_back.call_one(), self.timeout)
+        return self._pending(device, self._active[device],
+                             self._holder(device).write_back.call_one())
+
+    @property
+    def faults_reported(self) -> bool:
+        """Whether supervision reported failures that ``poll_faults`` has not taken."""
+        return bool(self._faults)
 
     def poll_faults(self) -> tuple[int, ...]:
         """Marks the devices whose slot process died (reported by Monarch's supervision)
@@ -321,8 +350,8 @@ class MeshController:
         lost = set(self.device_map.devices_in(SlotKind.LOST))
         back = []
         for d in devices:
-            if d not in lost or d in self.dead:   # dead: a proc of it died (poll_faults)
-                continue
+            if d not in lost or d in self.dead or self._reported_dead(d):
+                continue   # a proc of it died: it is replaced, not emptied
             try:
                 self._empty(d)
             except Exception as e:  # noqa: BLE001 - it stays lost; say why
@@ -354,6 +383,13 @@ class MeshController:
     def recover(self, devices: tuple[int, ...]) -> float:
         """Returns lost slots to the idle pool: a live slot proc is reset in place, a dead
         one is replaced by a new proc and slot. Returns the slowest recovery's seconds."""
+        secs = self.replace(devices)
+        self.device_map.recover(devices)
+        return secs
+
+    def replace(self, devices: tuple[int, ...]) -> float:
+        """``recover``'s slot work without the device map change (the caller makes it on
+        its own thread: ``pivot.local.faults``). Returns the slowest slot's seconds."""
         lost = set(self.device_map.devices_in(SlotKind.LOST))
         bad = [d for d in devices if d not in lost]
         if bad:
@@ -377,7 +413,6 @@ class MeshController:
                 f.get(timeout=self.timeout)
             self.dead.discard(d)
             secs = max(secs, time.perf_counter() - t)
-        self.device_map.recover(devices)
         return secs
 
     def stop(self) -> None:
@@ -405,6 +440,7 @@ class MeshController:
         with self._lock:
             self.failures.append(msg)
             self._faults.append((name, msg))
+            self._dead_names.add(name.split("-")[0])
 
 
 _NEXT_ID = itertools.count()
@@ -417,102 +453,3 @@ def _slowest(per_device: list[dict[str, float]]) -> dict[str, float]:
         for k, v in phases.items():
             out[k] = max(out.get(k, 0.0), v)
     return out
-
-
-class _Pending:
-    """A started slot call (``invoke_start``)."""
-
-    def __init__(self, fut: Any, timeout: float | None):
-        self.fut, self.timeout = fut, timeout
-
-    def get(self) -> Any:
-        return self.fut.get(timeout=self.timeout)
-
-    async def wait(self) -> Any:
-        """``get`` for a caller on an asyncio loop (the loop keeps running)."""
-        return await asyncio.wait_for(_awaitable(self.fut), self.timeout)
-
-
-class _PendingShift:
-    """A started shift on a replica's slots (``start_shift_down`` / ``start_shift_up``)."""
-
-    def __init__(self, futs: list, timeout: float | None, combine: Callable[[list], ShiftResult]):
-        self.futs, self.timeout, self.combine = futs, timeout, combine
-
-    def get(self) -> ShiftResult:
-        return self.combine([f.get(timeout=self.timeout) for f in self.futs])
-
-    async def wait(self) -> ShiftResult:
-        """``get`` for a caller on an asyncio loop (the loop keeps running)."""
-        return self.combine([await asyncio.wait_for(_awaitable(f), self.timeout)
-                             for f in self.futs])
-
-
-class _PendingWrite:
-    """A training replica's Write (``write_back_replica``): one Write fed by every rank,
-    or rank 0's Write of gathered tensors."""
-
-    def __init__(self, ctl: "MeshController", devices: tuple[int, ...], layout: Any):
-        self.ctl, self.devices, self.layout = ctl, devices, layout
-        self.t0 = time.perf_counter()
-        self.ticket = None
-        ctl._check_not_writing("a second training Write", devices)
-        # the training procs, fixed now: the Write's calls go to them however late its
-        # thread runs, and the controller refuses shifts of these devices until it ends
-        self.actors = [ctl.actor(d, Role.TRAINING) for d in devices]
-        ctl._writing.update(devices)
-        if layout is None:   # every slot gathers (collective); rank 0 Writes
-            self.futs = [_Pending(a.write_back.call_one(), ctl.timeout)
-                         for a in self.actors]
-
-    def _begin(self) -> list:
-        model = MODEL_OF_ROLE[Role.TRAINING]
-        self.ticket = self.ctl.source.begin_write(model, self.devices, self.layout)
-        return [a.write_part.call_one(self.ticket) for a in self.actors]
-
-    def _done(self) -> None:
-        self.ctl._writing.difference_update(self.devices)
-
-    def _abort(self, e: BaseException) -> None:
-        if self.ticket is not None:
-            self.ctl.source.abort_write(self.ticket, e)
-
-    def get(self) -> float:
-        try:
-            if self.layout is None:
-                for p in self.futs:
-                    p.get()
-                return time.perf_counter() - self.t0
-            futs = self._begin()
-            try:
-                parts = [f.get(timeout=self.ctl.timeout) for f in futs]
-            except BaseException as e:
-                self._abort(e)
-                raise
-            self.ctl.source.finish_write(self.ticket, parts)
-            return time.perf_counter() - self.t0
-        finally:
-            self._done()
-
-    async def wait(self) -> float:
-        """``get`` for a caller on an asyncio loop (the loop keeps running)."""
-        try:
-            if self.layout is None:
-                for p in self.futs:
-                    await p.wait()
-                return time.perf_counter() - self.t0
-            futs = await asyncio.to_thread(self._begin)
-            try:
-                parts = [await asyncio.wait_for(_awaitable(f), self.ctl.timeout)
-                         for f in futs]
-            except BaseException as e:
-                await asyncio.to_thread(self._abort, e)
-                raise
-            await asyncio.to_thread(self.ctl.source.finish_write, self.ticket, parts)
-            return time.perf_counter() - self.t0
-        finally:
-            self._done()
-
-
-async def _awaitable(fut: Any) -> Any:
-    return await fut

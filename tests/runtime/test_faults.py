@@ -40,3 +40,31 @@ def test_a_killed_slot_process_is_lost_until_recovered_on_a_new_proc(idle_mesh, 
     w = m.tensors(3, Role.ROLLOUT, "weights")
     assert all(torch.equal(w[k], models[POLICY][k]) for k in models[POLICY])
     assert replay(m.device_map.device_host, m.device_map.events) == m.device_map.states
+
+
+def test_a_call_to_a_killed_slot_fails_once_supervision_reports_it_not_at_its_timeout(
+        idle_mesh):
+    # a Monarch call to a dead actor never answers: it waited out the call timeout (15
+    # minutes on the local stack) although supervision reported the death in seconds
+    import asyncio
+
+    from pivot.runtime.pending import SlotProcessDied
+
+    m = idle_mesh
+    m.shifter.shift_up(Role.ROLLOUT, "ro-d", (2,))
+    pid = m.describe(2)["pid"]
+    assert isinstance(m.invoke_start(2, "describe").get(), dict)   # alive: it answers
+    os.kill(pid, signal.SIGKILL)  # a process this test's fixture started
+    t = time.monotonic()
+    with pytest.raises(SlotProcessDied, match="slot 2 .* process died"):
+        asyncio.run(m.invoke_start(2, "describe").wait())
+    waited = time.monotonic() - t
+    assert waited < m.timeout / 2, f"{waited:.1f} s: the call waited for its timeout"
+    with pytest.raises(SlotProcessDied):   # the blocking form, at once now
+        m.invoke(2, "describe")
+    info = m.describe_all()   # the others answer; the dead one says so
+    assert info[2] == {"device": 2, "dead": True, "role": None, "replica_id": None}
+    assert [i["device"] for i in info] == [0, 1, 2, 3]
+    assert m.poll_faults() == (2,)
+    m.recover((2,))
+    assert m.describe_all()[2]["pid"] != pid and "dead" not in m.describe_all()[2]
