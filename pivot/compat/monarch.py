@@ -8,6 +8,9 @@
 - ``ensure_client_tmpdir``: the client creates its sockets under ``TMPDIR``, which must exist.
 - ``plain_python_logs``: Monarch prefixes every Python log record with the actor's name,
   once per handler.
+- ``supervision_error``: the error a call raises once Monarch knows its actor's process
+  died (a Rust binding's class, not exported by ``monarch.actor``); a call already in
+  flight when the process dies never answers instead (``pivot.runtime.pending``).
 
 Not a shim but a trap of the same version: import torch before any ``monarch.common._C``
 import (``pivot.runtime.provision`` does). ``tests/compat/test_monarch.py`` checks the
@@ -152,3 +155,11 @@ def plain_python_logs() -> None:
     from monarch._src.actor import config
 
     config.prefix_python_logs_with_actor = False
+
+
+def supervision_error() -> type[Exception]:
+    """``SupervisionError``: raised by a call to an actor whose process Monarch's
+    supervision reported failed ("The actor ... and all its descendants have failed")."""
+    from monarch._rust_bindings.monarch_hyperactor.supervision import SupervisionError
+
+    return SupervisionError

@@ -2,12 +2,13 @@
 (``get``) or on an event loop (``wait``).
 
 A Monarch call to an actor whose process died never answers: it waits out its timeout
-(15 minutes on the local driver's stack), although supervision reports the death within a
-second (``MeshController._on_fault``). A call that knows its process (``died``) waits in
-short slices and raises ``SlotProcessDied`` as soon as that process is reported dead, so
-the run learns of the death in about a second (``pivot.local.faults``). Monarch's
-``Future.get(timeout)`` does not consume the future on a timeout, so slicing loses no
-result.
+(15 minutes on the local driver's stack), although supervision reports the death in
+seconds (about 8 s after a SIGKILL here; ``MeshController._on_fault``). A call that knows
+its process (``died``) waits in short slices and raises ``SlotProcessDied`` as soon as
+that process is reported dead (``pivot.local.faults`` acts on it); a call made after
+Monarch knew raises Monarch's ``SupervisionError`` at once, turned into
+``SlotProcessDied`` too. Monarch's ``Future.get(timeout)`` does not consume the future on
+a timeout, so slicing loses no result.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pivot.compat.monarch import supervision_error
 from pivot.errors import StateError
 from pivot.types import MODEL_OF_ROLE, Role
 
@@ -66,6 +68,8 @@ class Pending:
             except TimeoutError:
                 if time.monotonic() >= deadline:
                     raise
+            except supervision_error() as e:   # a call made after Monarch knew
+                raise self._dead() from e
 
     async def wait(self) -> Any:
         """``get`` for a caller on an asyncio loop (the loop keeps running)."""
@@ -79,7 +83,10 @@ class Pending:
                 done, _ = await asyncio.wait({task}, timeout=max(0.0, min(DEATH_POLL_S,
                                                                           left)))
                 if done:
-                    return task.result()
+                    try:
+                        return task.result()
+                    except supervision_error() as e:
+                        raise self._dead() from e
                 if self.died():
                     raise self._dead()
                 if time.monotonic() >= deadline:

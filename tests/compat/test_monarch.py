@@ -158,3 +158,8 @@ def test_a_dead_proc_reaches_every_listener_through_the_one_hook():
     finally:
         mc.remove_fault_listener("test.generator")
         mc.remove_fault_listener("test.mesh")
+
+
+def test_the_supervision_error_a_call_to_a_dead_actor_raises_is_where_we_read_it():
+    err = mc.supervision_error()
+    assert err.__name__ == "SupervisionError" and issubclass(err, Exception), RECHECK
