@@ -20,9 +20,10 @@ from pivot.planner.monitor import RoleShape, snapshot
 from pivot.planner.plan import ShiftPlan
 from pivot.errors import StateError
 from pivot.rl.batch import build_train_batch
-from pivot.rl.ports import LoopStatus
+from pivot.rl.ports import LoopStatus, TrainingLost
 from pivot.rl.trajectory import PromptGroup
 from pivot.roles.titan.batch import TrainBatch
+from pivot.runtime.pending import SlotProcessDied
 from pivot.shifting.executor import ShiftExecutor
 from pivot.shifting.shifter import ShiftError
 from pivot.shifting.role_shift import SlotKind
@@ -254,8 +255,11 @@ class LocalTrainer:
         self.optimizer_moves = 0
 
     def ready(self) -> bool:
-        """A training replica is up and no shift in flight is taking it down."""
-        return bool(self.control.training_devices()) and not self.control.training_leaving
+        """A training replica is up, no shift in flight is taking it down, and none of its
+        slots was reported dead (the tick takes such a replica out: ``SlotFaults``)."""
+        devs = self.control.training_devices()
+        return (bool(devs) and not self.control.training_leaving
+                and not any(self.ctl.reported_dead(d) for d in devs))
 
     def _all(self, devs: Sequence[int], method: str, **kwargs: Any) -> list[Any]:
         """``method`` on every slot of the replica at once; their results in rank order."""
@@ -268,8 +272,18 @@ class LocalTrainer:
 
     def train_batch(self, batch: TrainBatch, version: int) -> dict[str, float]:
         """One GRPO step of the replica on ``batch`` (every rank gets it whole and trains
-        on its rows); the full AdamW state is sent first if a rank lacks it."""
+        on its rows); the full AdamW state is sent first if a rank lacks it. A slot that
+        dies meanwhile raises ``TrainingLost``: the driver's AdamW state and GPS still
+        hold the previous step's, from which the batch trains again elsewhere."""
+        try:
+            return self._train_batch(batch, version)
+        except SlotProcessDied as e:
+            raise TrainingLost(str(e)) from e
+
+    def _train_batch(self, batch: TrainBatch, version: int) -> dict[str, float]:
         devs = self.control.training_devices()
+        if not devs:   # the tick took its dead slot out since the loop asked ``ready``
+            raise TrainingLost(f"training holds no devices at version {version}")
         tag = (self.run_id, version)
         m_extra: dict[str, float] = {}
         if self._restore_opt is not None:
@@ -289,10 +303,10 @@ class LocalTrainer:
                 self._all(devs, "set_optimizer_state", state=self.optimizer, tag=tag)
                 self.optimizer_moves += 1
                 m_extra["trainer/optimizer_send_s"] = time.perf_counter() - t
-        self._fresh = False
         t = time.perf_counter()
         m = self._all(devs, "train_step", batch=batch, version=version)[0]
         m["trainer/step_s"] = time.perf_counter() - t
+        self._fresh = False   # after the step: a first step lost with its slot resets again
         m.update(m_extra)
         if self.keep_optimizer:
             t = time.perf_counter()

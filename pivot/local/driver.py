@@ -414,6 +414,7 @@ class LocalDriver:
                            "sequences_retried": self.fleet.retried,
                            "failed_shifts": self.control.failed_shifts,
                            "slot_deaths": self.control.faults.records,
+                           "steps_lost": loop.steps_lost,
                            "planner_mean_s": (sum(self.control.planner_s) /
                                               max(len(self.control.planner_s), 1)),
                            "cpu_share": self.cpu_share, "policy_dir": self.policy_dir,

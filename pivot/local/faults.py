@@ -13,9 +13,13 @@ half-written GPS versions). ``SlotFaults`` turns that into what the run needs:
 - the slot is replaced in the background (a new process and its engines,
   ``MeshController.replace``, on a worker thread while the run goes on); at the next tick
   it returns to the role it held, through the executor like any shift up;
-- a slot that held training (an FSDP2 rank and the step in flight) or one rank of a
-  multi-device replica (its other ranks may be waiting in a collective) ends the run with
-  a ``SlotDied`` error naming it: the run resumes from its last checkpoint
+- a training replica of one slot loses the step in flight (``TrainingLost``: the RL
+  loop keeps the batch, and the driver's AdamW state and GPS still hold the previous
+  step's); the batch trains again once training is back, on another slot the planner
+  gives it or on the replaced slot;
+- one rank of a multi-device replica (TP, or training over several slots: its other
+  ranks may be waiting in a collective), or a death while training publishes, ends the
+  run with a ``SlotDied`` error naming it: the run resumes from its last checkpoint
   (``LocalDriver.resume``), as after any crash.
 
 A fleet operation that meets the dead slot before the tick does (a poll's call to it
@@ -34,7 +38,7 @@ from typing import Any
 from pivot.planner.plan import ShiftDown, ShiftPlan
 from pivot.runtime.pending import SlotProcessDied
 from pivot.runtime.waits import Steps, run_async
-from pivot.types import INFERENCE_ROLES, Role
+from pivot.types import Role
 
 log = logging.getLogger(__name__)
 
@@ -128,10 +132,6 @@ class SlotFaults:
         self.records.append(rec)
         for rid, (role, devs) in lost.items():
             rec["replicas"][rid] = role.value
-            if role is Role.TRAINING:
-                raise SlotDied(f"slot(s) {list(dead)} died holding training (replica {rid} on "
-                               f"{list(devs)}); the step in flight is lost: resume the run "
-                               f"from its last checkpoint (LocalDriver.resume = True)")
             if len(devs) > 1:
                 raise SlotDied(f"slot(s) {list(dead)} died holding one rank of the "
                                f"{len(devs)}-device {role.value} replica {rid}: its other "
@@ -142,8 +142,8 @@ class SlotFaults:
                            f"this run, more than LocalDriver.max_slot_deaths="
                            f"{self.max_deaths}; resume from the last checkpoint")
         for rid, (role, devs) in lost.items():
-            seqs = yield from self._lose_steps(role, rid)
-            rec["requeued"] += seqs
+            if role is not Role.TRAINING:   # training's step fails on its own (TrainingLost)
+                rec["requeued"] += yield from self._lose_steps(role, rid)
             self._home[devs] = role
         for d in dead:
             if not any(d in devs for devs in self._home):
@@ -189,8 +189,10 @@ class SlotFaults:
                 await asyncio.to_thread(self.on_replaced, devs)
             role = self._home.pop(devs)
             rec = next(r for r in reversed(self.records) if set(devs) <= set(r["devices"]))
+            if role is Role.TRAINING and self.ctl.shifter.training_replica() is not None:
+                role = None   # the planner brought training up elsewhere meanwhile
             rec["returned_to"] = role.value if role else "idle"
-            if role in INFERENCE_ROLES:
+            if role is not None:
                 await self.execute(ShiftPlan(role, (ShiftDown(None, None, devs),), (devs,),
                                              reason="a replaced slot returns"))
 

@@ -351,12 +351,12 @@ class ReadFaultsAfterStart:
 
 
 class KillSlotMidRun:
-    """Wraps a local run's observer (``LocalDriver.observer``): at the first tick after
-    ``after_steps`` steps at which a ``role`` replica has sequences running (training: a
-    step running), it SIGKILLs that replica's slot process (the one with the most
-    sequences; training's first slot), as a crashed host process would die. An inference
-    slot's run goes on, a training slot's stops to be resumed (``pivot.local.faults``).
-    Local procs only: the process is killed by its pid."""
+    """Wraps a local run's observer (``LocalDriver.observer``): after ``after_steps`` steps
+    it SIGKILLs a ``role`` slot's process, as a crashed host process would die: for an
+    inference role at the first tick at which one of its replicas has sequences running
+    (the one with the most), for training as its next step starts (the step's calls then
+    meet the dead slot). The run goes on (``pivot.local.faults``). Local procs only: the
+    process is killed by its pid."""
 
     def __init__(self, inner, role: Role, after_steps: int = 1):
         self.inner, self.role, self.after_steps = inner, role, after_steps
@@ -364,32 +364,39 @@ class KillSlotMidRun:
         """device, pid, replica and its running sequences at the kill."""
 
     def attach(self, driver, workflow) -> None:
-        import os
-        import signal
-
         self.inner.attach(driver, workflow)
+        if self.role is Role.TRAINING:
+            train = driver.trainer.train
+
+            def kill_then_train(groups, version):
+                if self.killed is None and version >= self.after_steps:
+                    self._kill(driver, driver.ctl.shifter.training_replica(), 0)
+                return train(groups, version)
+            driver.trainer.train = kill_then_train
+            return
         tick = driver.control.tick
 
         async def kill_then_tick(status):
             if self.killed is None and len(driver.loop.history) >= self.after_steps:
-                if self.role is Role.TRAINING:
-                    rid = driver.ctl.shifter.training_replica()
-                    busy = [(1, rid)] if rid and driver.control.busy else []
-                else:
-                    sched = driver.fleet.schedulers[self.role]
-                    busy = [(len(v.running), rid) for rid, v in sched.replicas.items()
-                            if v.running]
+                sched = driver.fleet.schedulers[self.role]
+                busy = [(len(v.running), rid) for rid, v in sched.replicas.items()
+                        if v.running]
                 if busy:
                     n, rid = max(busy)
-                    dev = driver.ctl.device_map.replica_devices(rid)[0]
-                    pid = driver.ctl.describe(dev)["pid"]
-                    os.kill(pid, signal.SIGKILL)
-                    self.killed = {"device": dev, "pid": pid, "replica": rid, "running": n}
-                    log.warning("killed slot %d (pid %d, %s %s)", dev, pid, rid,
-                                "mid-step" if self.role is Role.TRAINING
-                                else f"with {n} sequences")
+                    self._kill(driver, rid, n)
             return await tick(status)
         driver.control.tick = kill_then_tick
+
+    def _kill(self, driver, rid: str, running: int) -> None:
+        import os
+        import signal
+
+        dev = driver.ctl.device_map.replica_devices(rid)[0]
+        pid = driver.ctl.describe(dev)["pid"]
+        os.kill(pid, signal.SIGKILL)
+        self.killed = {"device": dev, "pid": pid, "replica": rid, "running": running}
+        log.warning("killed slot %d (pid %d, %s, %d sequences running)", dev, pid, rid,
+                    running)
 
     def finish(self) -> None:
         self.inner.finish()

@@ -370,6 +370,8 @@ class LocalChecker:
         dm = self.ctl.device_map
         out: list[str] = []
         for d, info in enumerate(self.ctl.describe_all()):
+            if info.get("dead"):   # reported dead, not yet taken out (pivot.local.faults)
+                continue
             st = dm.states[d]
             role = info.get("role")
             role = None if role is None else Role.parse(role)

@@ -36,7 +36,8 @@ from pivot.config.validation import check_range
 from pivot.errors import StateError
 from pivot.rl import checkpoint
 from pivot.rl.clock import WallClock
-from pivot.rl.ports import ControlPort, LoopStatus, RewardPort, RolloutPort, TrainerPort
+from pivot.rl.ports import (ControlPort, LoopStatus, RewardPort, RolloutPort, TrainerPort,
+                            TrainingLost)
 from pivot.rl.workflow import RLWorkflow
 from pivot.runtime.waits import settle
 
@@ -112,6 +113,7 @@ class RLLoop:
         self.data_order: list[list[Any]] = []
         self.tokens = 0
         self.trained_tokens = 0
+        self.steps_lost = 0   # steps whose training replica died (TrainingLost), retrained
         self._step_tokens = 0
         self._rollout_pending: set[int] = set()
         self._reward_pending: set[int] = set()
@@ -213,7 +215,15 @@ class RLLoop:
             # writer's ranks down under it
             self.control.set_busy(True)
             try:
-                tm = await asyncio.to_thread(self.trainer.train, groups, step)
+                try:
+                    tm = await asyncio.to_thread(self.trainer.train, groups, step)
+                except TrainingLost as e:
+                    # nothing the run keeps changed: the batch is still the next one and
+                    # trains again when training is back (on a replaced or other slot)
+                    self.steps_lost += 1
+                    log.warning("step %d lost with its training replica (%s); it trains "
+                                "again", step + 1, e)
+                    continue
                 version = self.wf.trained()
                 t_pub = self.clock()
                 # on the loop's thread (awaiting its slot calls): it touches the schedulers

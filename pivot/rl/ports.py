@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from pivot.errors import PivotError
 from pivot.rl.trajectory import PromptGroup, Trajectory
 
 
@@ -57,13 +58,20 @@ class RewardPort(Protocol):
     def poll(self) -> list[Judgement]: ...
 
 
+class TrainingLost(PivotError):
+    """The training replica died during a step, before the step changed anything the run
+    keeps (the published policy, the kept optimizer state): the batch stays in place and
+    trains again once training is back on other devices (``TrainerPort.train``)."""
+
+
 class TrainerPort(Protocol):
     def ready(self) -> bool:
         """Training holds its devices and may start a step."""
         ...
 
     def train(self, groups: Sequence[PromptGroup], version: int) -> dict[str, float]:
-        """One policy update on the batch (blocking); metrics."""
+        """One policy update on the batch (blocking); metrics. Raises ``TrainingLost`` if
+        its devices died mid-step (the loop trains the batch again)."""
         ...
 
     def publish(self, version: int) -> dict[str, float]:

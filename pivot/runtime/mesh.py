@@ -126,7 +126,7 @@ class MeshController:
         return (f"{self._prefix}{device}{key.value if key is not None else ''}"
                 f"{f'r{g}' if g else ''}")
 
-    def _reported_dead(self, device: int) -> bool:
+    def reported_dead(self, device: int) -> bool:
         """Whether supervision reported a proc of ``device`` dead (before ``poll_faults``
         took the report)."""
         return any(self._name(device, k) in self._dead_names for k in range(len(self.keys)))
@@ -350,7 +350,7 @@ class MeshController:
         lost = set(self.device_map.devices_in(SlotKind.LOST))
         back = []
         for d in devices:
-            if d not in lost or d in self.dead or self._reported_dead(d):
+            if d not in lost or d in self.dead or self.reported_dead(d):
                 continue   # a proc of it died: it is replaced, not emptied
             try:
                 self._empty(d)

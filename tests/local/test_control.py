@@ -38,7 +38,13 @@ def test_the_cause_is_the_remote_tracebacks_last_line():
 
 class _Ctl:
     """The controller's surface LocalControl and LocalTrainer read: a training replica on
-    slot 0, nothing lost."""
+    slot 0, nothing lost or dead."""
+
+    faults_reported = False
+
+    @staticmethod
+    def reported_dead(device):
+        return False
 
     class shifter:   # noqa: N801 - the attribute's name
         device_map = None

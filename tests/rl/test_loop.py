@@ -135,3 +135,27 @@ def test_a_step_starts_only_if_training_is_still_ready_after_the_checkpoint():
     steps = [i for i, c in enumerate(calls) if c[0] == "train"]
     assert len(steps) == 3 and all(calls[i - 1] == ("ready", True) for i in steps)
     assert calls[:2] == [("ready", True), ("ready", False)]   # the re-check said no
+
+
+def test_a_step_lost_with_its_training_replica_trains_the_same_batch_again():
+    # TrainingLost: the replica died mid-step, before anything the run keeps changed;
+    # the batch stays the next one, and the policy equals an uninterrupted run's
+    from pivot.rl.ports import TrainingLost
+
+    _, ref, ref_loop = make(4)
+    ref_loop.run()
+    wf, tr, loop = make(4)
+    train, lost = tr.train, []
+
+    def train_(groups, version):
+        if version == 1 and not lost:
+            lost.append(groups[0].step)
+            raise TrainingLost("slot 3: its process died")
+        return train(groups, version)
+
+    tr.train = train_
+    loop.run()
+    assert lost == [1] and loop.steps_lost == 1 and loop.control.busy is False
+    assert [m["step"] for m in loop.history] == [1, 2, 3, 4]
+    assert [b["step"] for b in tr.batches] == [0, 1, 2, 3]   # step 1's batch once, after
+    assert tr.policy == ref.policy
