@@ -184,8 +184,6 @@ def replica_unique_cpu_shm() -> None:
 def stale_cpu_shm(group_name: str, rank: int, root: str = "/dev/shm") -> bool:
     """Removes ``rank``'s segment of ``group_name`` (vLLM's CPU communicator) if a dead
     process left it; returns whether one was there."""
-    import os
-
     try:
         os.unlink(os.path.join(root, f"{group_name}_{rank}"))
     except FileNotFoundError:

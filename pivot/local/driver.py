@@ -295,19 +295,13 @@ class LocalDriver:
                                     self.tau_training, d.release_idle_training,
                                     max_shift_failures=self.max_shift_failures,
                                     max_slot_deaths=self.max_slot_deaths,
-                                    on_replaced=self._cap_replaced)
+                                    on_replaced=self.stack.cap_slots)
         self.trainer = LocalTrainer(self.ctl, self.fleet, self.control, self.source,
                                     self.tok.pad_token_id or 0,
                                     scale_by_std=self.objective.scale_by_std)
         wf = RLWorkflow(self.stream, g.n, self.steps, StalenessBound(d.staleness), encode,
                         reward_fn=self.objective.reward)
         return wf, RolloutService(self.fleet), RewardService(self.fleet)
-
-    def _cap_replaced(self, devices: tuple[int, ...]) -> None:
-        """A replaced slot's new processes go under its CPU share."""
-        for d in devices:
-            for pid in self.ctl.describe(d)["pids"]:
-                self.shares.assign(d, pid)
 
     def _provision(self, allocation: dict[str, Any] | None) -> None:
         """Initial placement (or the checkpoint's allocation) through the executor."""

@@ -87,8 +87,9 @@ class SlotFaults:
         self.on_replaced = on_replaced
         self.wait_s, self.max_deaths = wait_s, max_deaths
         self.records: list[dict[str, Any]] = []
-        self._tasks: dict[tuple[int, ...], asyncio.Task] = {}
-        self._home: dict[tuple[int, ...], Role | None] = {}
+        self._replacing: dict[tuple[int, ...], tuple[asyncio.Task, dict, Role | None]] = {}
+        """Slots being replaced: devices -> (the replacement, their death's record, the
+        role they held or None)."""
 
     # ---- detection ---------------------------------------------------------------
     async def check(self) -> None:
@@ -141,19 +142,21 @@ class SlotFaults:
             raise SlotDied(f"slot(s) {list(dead)} died: {len(self.records)} slot deaths in "
                            f"this run, more than LocalDriver.max_slot_deaths="
                            f"{self.max_deaths}; resume from the last checkpoint")
+        home: dict[tuple[int, ...], Role | None] = {}
         for rid, (role, devs) in lost.items():
             if role is not Role.TRAINING:   # training's step fails on its own (TrainingLost)
                 rec["requeued"] += yield from self._lose_steps(role, rid)
-            self._home[devs] = role
+            home[devs] = role
         for d in dead:
-            if not any(d in devs for devs in self._home):
-                self._home[(d,)] = None     # it held nothing (idle, or mid-shift)
+            if not any(d in devs for devs in home):
+                home[(d,)] = None     # it held nothing (idle, or mid-shift)
         log.error("slot(s) %s died (replicas %s); %d sequences went back to their queues; "
                   "replacing the slots in the background", list(dead), rec["replicas"],
                   rec["requeued"])
-        for devs in list(self._home):
-            if devs not in self._tasks and set(devs) & set(dead):
-                self._tasks[devs] = asyncio.ensure_future(self._replace(devs, rec))
+        for devs, role in home.items():
+            if devs not in self._replacing:
+                self._replacing[devs] = (asyncio.ensure_future(self._replace(devs, rec)),
+                                         rec, role)
         return dead
 
     def _lose_steps(self, role: Role, rid: str) -> Steps[int]:
@@ -179,16 +182,14 @@ class SlotFaults:
     async def _return_replaced(self) -> None:
         """Replaced slots back to the idle pool (on the loop's thread, like every device
         map change) and up into the role they held; a failed replacement ends the run."""
-        for devs, task in list(self._tasks.items()):
+        for devs, (task, rec, role) in list(self._replacing.items()):
             if not task.done():
                 continue
-            del self._tasks[devs]
+            del self._replacing[devs]
             task.result()   # a replacement that failed raises here
             self.ctl.device_map.recover(devs)
             if self.on_replaced is not None:   # slot calls: off the loop's thread
                 await asyncio.to_thread(self.on_replaced, devs)
-            role = self._home.pop(devs)
-            rec = next(r for r in reversed(self.records) if set(devs) <= set(r["devices"]))
             if role is Role.TRAINING and self.ctl.shifter.training_replica() is not None:
                 role = None   # the planner brought training up elsewhere meanwhile
             rec["returned_to"] = role.value if role else "idle"
@@ -200,16 +201,11 @@ class SlotFaults:
         """After the loop ended (its event loop closed, a replacement's thread done):
         every slot replaced during the run back in the idle pool, the next run on the
         stack needs all of them; one whose replacement did not finish is replaced now."""
-        for devs in list(self._tasks):
-            del self._tasks[devs]
+        for devs, (_, rec, _) in list(self._replacing.items()):
+            del self._replacing[devs]
             if any(d in self.ctl.dead for d in devs):
                 self.ctl.replace(devs)
-            self._recovered(devs)
-            self._home.pop(devs, None)
-            rec = next(r for r in reversed(self.records) if set(devs) <= set(r["devices"]))
+            self.ctl.device_map.recover(devs)
+            if self.on_replaced is not None:
+                self.on_replaced(devs)
             rec["returned_to"] = "idle (after the run)"
-
-    def _recovered(self, devices: tuple[int, ...]) -> None:
-        self.ctl.device_map.recover(devices)
-        if self.on_replaced is not None:
-            self.on_replaced(devices)

@@ -22,6 +22,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from pivot.config.validation import default_of
@@ -186,6 +187,13 @@ class LocalStack:
         for m, sd in self.initial.items():
             self.source.gps.load(m, sd)
 
+    def cap_slots(self, devices: Sequence[int]) -> None:
+        """Puts the current processes of ``devices`` under their slots' CPU shares (a
+        replaced slot's new processes are not yet)."""
+        for d in devices:
+            for pid in self.ctl.describe(d)["pids"]:
+                self.shares.assign(d, pid)
+
     def reset(self) -> float:
         """Every replica shifted down to idle, the initial policy back in GPS;
         engines and trainer contexts stay (a slot whose process died is replaced).
@@ -199,9 +207,7 @@ class LocalStack:
         dead = tuple(sorted(self.ctl.dead))
         if dead:
             self.ctl.recover(dead)
-            for d in dead:
-                for pid in self.ctl.describe(d)["pids"]:
-                    self.shares.assign(d, pid)
+            self.cap_slots(dead)
         lost = self.ctl.device_map.devices_in(SlotKind.LOST)
         still = sorted(set(lost) - set(self.ctl.restore(lost))) if lost else []
         if still:   # the next run would have fewer devices than its group says
