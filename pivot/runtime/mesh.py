@@ -237,8 +237,9 @@ class MeshController:
         """What ``device`` holds (``SlotActor.describe``, its procs' merged): ``pid`` is
         the proc holding the active role (else the first), ``pids`` every proc's."""
         self._check(device)
-        futs = [a.describe.call_one() for a in self.slots[device]]
-        return self._merge(device, [f.get(timeout=self.timeout) for f in futs])
+        calls = [self._pending(device, k, a.describe.call_one())
+                 for k, a in enumerate(self.slots[device])]
+        return self._merge(device, [c.get() for c in calls])
 
     def describe_all(self) -> list[dict[str, Any]]:
         """``describe`` of every slot; a slot with a dead proc (until it is replaced)
@@ -263,7 +264,9 @@ class MeshController:
         return out
 
     def tensors(self, device: int, role: Role, item: str):
-        return self.actor(device, role).tensors.call_one(role, item).get(timeout=self.timeout)
+        k = self._key(device, role)
+        return self._pending(device, k, self.actor(device, role).tensors.call_one(
+            role, item)).get()
 
     def invoke(self, device: int, method: str, **kwargs: Any) -> Any:
         return self.invoke_start(device, method, **kwargs).get()
