@@ -49,11 +49,13 @@ log = logging.getLogger("pivot.local_experiments")
 def deployment_of(dep: str):
     """``pivotrl``, a static split ``disaggregated_<r>_<w>_<t>`` / ``rr_colocated_<t>``
     (``pivot.local.deployments.static_splits``), or a PivotRL variant ``pivotrl_H<s>``,
-    ``pivotrl_min<k>``, ``pivotrl_H<s>_min<k>``, ``pivotrl_train<k>``, ``pivotrl_rule``:
-    time window H (sec. 7.3; the sensitivity sweep), ``PivotPlanner.min_replicas``, the
-    training replica's slots (``Deployment.training_devices``) and
-    ``PivotPlanner.scheduler_rule`` (the what-if under the engines' batch cap), the rest
-    from gin."""
+    ``pivotrl_min<k>``, ``pivotrl_H<s>_min<k>``, ``pivotrl_train<k>``, ``pivotrl_rule``,
+    ``pivotrl_home``: time window H (sec. 7.3; the sensitivity sweep),
+    ``PivotPlanner.min_replicas``, the training replica's slots
+    (``Deployment.training_devices``), ``PivotPlanner.scheduler_rule`` (the what-if under
+    the engines' batch cap) and ``Deployment.training_home`` (training provisioned on its
+    slots at the start, as a static split's, instead of shifting up at its first batch),
+    the rest from gin."""
     import dataclasses
     import functools
 
@@ -63,7 +65,7 @@ def deployment_of(dep: str):
 
     if dep.startswith("pivotrl_"):
         kw: dict[str, float | int | bool] = {}
-        train = 0
+        train, home = 0, False
         for part in dep.removeprefix("pivotrl_").split("_"):
             if part.startswith("min") and part[3:].isdigit():
                 kw["min_replicas"] = int(part[3:])
@@ -71,15 +73,19 @@ def deployment_of(dep: str):
                 kw["H"] = float(part[1:])
             elif part == "rule":
                 kw["scheduler_rule"] = True
+            elif part == "home":
+                home = True
             elif part.startswith("train") and part[5:].isdigit():
                 train = int(part[5:])   # slots of the training replica (FSDP2 across them)
             else:
                 raise ConfigError(f"--deployments {dep}: unknown PivotRL variant {part!r}; "
-                                  f"use H<seconds>, min<replicas>, train<slots>, rule, e.g. "
-                                  f"pivotrl_H10_min1")
-        return dataclasses.replace(LOCAL_DEPLOYMENTS["pivotrl"], name=dep,
-                                   planner=functools.partial(PivotPlanner, **kw),
-                                   training_devices=train)
+                                  f"use H<seconds>, min<replicas>, train<slots>, rule, home, "
+                                  f"e.g. pivotrl_H10_min1")
+        base = LOCAL_DEPLOYMENTS["pivotrl"]
+        if home:   # one reward slot, rollout the rest (-1), as at PivotRL's start
+            base = dataclasses.replace(base, rollout_devices=-1, training_home=True)
+        return dataclasses.replace(base, name=dep, training_devices=train,
+                                   planner=functools.partial(PivotPlanner, **kw))
     known = {**LOCAL_DEPLOYMENTS, **SPLIT_VARIANTS}
     if split_deployment(dep) is not None:
         return split_deployment(dep)

@@ -12,6 +12,10 @@ def test_pivotrl_variants_set_the_planner_knobs_and_keep_the_rest():
     assert d.planner.keywords == {"H": 10.0, "min_replicas": 1}
     assert deployment_of("pivotrl_rule_train2").planner.keywords == {"scheduler_rule": True}
     assert deployment_of("pivotrl_rule_train2").training_devices == 2
+    home = deployment_of("pivotrl_train2_home_min0")
+    assert (home.training_home, home.training_devices, home.rollout_devices,
+            home.reward_devices) == (True, 2, -1, 1)
+    assert home.planner.keywords == {"min_replicas": 0}
     base = deployment_of("pivotrl")
     assert (d.staleness, d.rollout_devices, d.reward_devices) == (
         base.staleness, base.rollout_devices, base.reward_devices)
