@@ -25,14 +25,17 @@ utilization file ``analysis/local_utilization.py`` wrote for it; writes
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import re
 import statistics
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:   # run as a script, analysis/ is on the path, not the root
+    sys.path.insert(0, str(ROOT))
+from analysis.local_utilization import load_summary  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,15 +157,9 @@ def measure(summary: dict, utilization: dict) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("summary", nargs="?", default="results/local/throughput.json")
-    a = p.parse_args()
-    src = json.loads((ROOT / a.summary).read_text())
-    tag = src.get("tag", src["what"])
-    suffix = "" if tag == "throughput" else f"_{tag}"
+    path, src, _, suffix = load_summary(__doc__)
     util = json.loads((ROOT / f"results/local/utilization{suffix}.json").read_text())
-    out = {"source": a.summary, **measure(src, util)}
+    out = {"source": path, **measure(src, util)}
     (ROOT / f"results/local/bound{suffix}.json").write_text(json.dumps(out, indent=1))
     b = out["bound"]
     mix = ", ".join(f"{share:.0%} of steps on {k}" for k, share in b["mix"].items())

@@ -74,13 +74,21 @@ def utilization(res: dict) -> dict[str, float]:
     return {k: v / total for k, v in acc.items()}
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__,
+def load_summary(doc: str) -> tuple[str, dict, str, str]:
+    """The throughput summary named on the command line (default the main run), read:
+    its path, contents, tag (its run folders' prefix) and the suffix of the files
+    derived from it (``""`` for the main run, else ``_<tag>``)."""
+    p = argparse.ArgumentParser(description=doc,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("summary", nargs="?", default="results/local/throughput.json")
-    a = p.parse_args()
-    src = json.loads((ROOT / a.summary).read_text())
+    path = p.parse_args().summary
+    src = json.loads((ROOT / path).read_text())
     tag = src.get("tag", src["what"])
+    return path, src, tag, "" if tag == "throughput" else f"_{tag}"
+
+
+def main() -> None:
+    path, src, tag, suffix = load_summary(__doc__)
     per: dict[str, list[dict[str, float]]] = {}
     for row in src["runs"]:
         f = ROOT / "results/local/runs" / f"{tag}_{row['deployment']}_s{row['seed']}/result.json"
@@ -89,9 +97,8 @@ def main() -> None:
             per.setdefault(row["deployment"], []).append(u)
     table = {dep: {k: statistics.fmean(u[k] for u in us) for k in STATES}
              for dep, us in per.items()}
-    out = {"source": a.summary, "states": STATES, "mean_over_seeds": table}
-    name = "utilization" if tag == "throughput" else f"utilization_{tag}"
-    (ROOT / f"results/local/{name}.json").write_text(json.dumps(out, indent=1))
+    out = {"source": path, "states": STATES, "mean_over_seeds": table}
+    (ROOT / f"results/local/utilization{suffix}.json").write_text(json.dumps(out, indent=1))
     print(f"{'deployment':<20}" + "".join(f"{k:>12}" for k in STATES))
     for dep, row in table.items():
         print(f"{dep:<20}" + "".join(f"{row[k]:>12.1%}" for k in STATES))
