@@ -110,7 +110,7 @@ def convergence(d: dict) -> None:
     print(json.dumps(summary, indent=1))
 
 
-def trace(d: dict) -> None:
+def trace(d: dict, name: str = "trace") -> None:
     tr = d["runs"][0]["trace"]
     t = [x["time_s"] for x in tr]
     fig, ax = plt.subplots(figsize=(7, 3))
@@ -119,9 +119,11 @@ def trace(d: dict) -> None:
     ax.set_xlabel("wall-clock s")
     ax.set_ylabel("device slots")
     ax.legend(loc="upper right", fontsize=7)
-    ax.set_title("Allocation trace (fig. 10 analogue), local PivotRL run")
+    run = d["runs"][0]
+    ax.set_title(f"Allocation trace (fig. 10 analogue), local {run['deployment']} run, "
+                 f"seed {run['seed']}", fontsize=9)
     fig.tight_layout()
-    fig.savefig(OUT / "trace.png", dpi=120)
+    fig.savefig(OUT / f"{name}.png", dpi=120)
 
 
 def sensitivity(d: dict) -> None:
@@ -146,6 +148,9 @@ def sensitivity(d: dict) -> None:
 
 if __name__ == "__main__":
     what = sys.argv[1]
+    if what == "trace" and len(sys.argv) > 2:   # a named trace: <name>.json -> <name>.png
+        trace(json.loads((OUT / f"{sys.argv[2]}.json").read_text()), sys.argv[2])
+        sys.exit(0)
     data = json.loads((OUT / f"{what}.json").read_text())
     {"throughput": throughput, "convergence": convergence, "trace": trace,
      "overheads": overheads, "sensitivity": sensitivity}[what](data)

@@ -2,7 +2,7 @@
 
     python launchers/local_experiments.py throughput [--steps 10]  # 4 deployments, ratios
                                                      # (every static split)
-    python launchers/local_experiments.py trace [--from_throughput] # fig. 10, a PivotRL run
+    python launchers/local_experiments.py trace [--from_throughput [SUMMARY]] # fig. 10
     python launchers/local_experiments.py overheads                # fig. 12 / table 3
     python launchers/local_experiments.py convergence [--steps 20] # fig. 15, 2 seeds
     python launchers/local_experiments.py sensitivity [--H 1 5 60] # fig. 14: PivotRL per H
@@ -272,9 +272,11 @@ def main() -> int:
     p.add_argument("--verbose", action="store_true",
                    help="every library's log on the console too (always in "
                         "results/local/runs/<out or what>/run.log)")
-    p.add_argument("--from_throughput", action="store_true",
-                   help="trace: take the PivotRL run of results/local/throughput.json "
-                        "instead of running a new one")
+    p.add_argument("--from_throughput", nargs="?", const="throughput.json", default=None,
+                   metavar="SUMMARY",
+                   help="trace: take a run of a throughput summary under results/local "
+                        "(default throughput.json; the first of --deployments, default "
+                        "pivotrl, seed of its first run) instead of running a new one")
     a = p.parse_args()
     import os
     os.chdir(ROOT)
@@ -301,13 +303,19 @@ def main() -> int:
         print(json.dumps(out, indent=1))
         return 0
     if a.what == "trace" and a.from_throughput:
-        src = json.loads((OUT / "throughput.json").read_text())
-        rows = [r for r in src["runs"] if r["deployment"] == "pivotrl"]
+        summary = Path(a.from_throughput).name
+        src = json.loads((OUT / summary).read_text())
+        dep = (a.deployments or ["pivotrl"])[0]
+        rows = [r for r in src["runs"] if r["deployment"] == dep]
+        if not rows:
+            raise SystemExit(f"--from_throughput {summary}: no {dep} run in it; name one of "
+                             f"{sorted({r['deployment'] for r in src['runs']})} with "
+                             f"--deployments")
         rows[0] = {**rows[0], "trace": run_result(src.get("tag", "throughput"), rows[0])["trace"]}
-        out = {"what": "trace", "steps": src["steps"], "source": "throughput.json",
-               "runs": rows}
-        (OUT / "trace.json").write_text(json.dumps(out, indent=1))
-        subprocess.run([sys.executable, "analysis/local_plots.py", "trace"], cwd=ROOT,
+        name = a.out or "trace"
+        out = {"what": "trace", "steps": src["steps"], "source": summary, "runs": rows}
+        (OUT / f"{name}.json").write_text(json.dumps(out, indent=1))
+        subprocess.run([sys.executable, "analysis/local_plots.py", "trace", name], cwd=ROOT,
                        check=False)
         return 0
     if a.what in ("throughput", "sensitivity"):
