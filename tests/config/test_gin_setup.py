@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pivot.config.gin_setup import driver_origin
 from pivot.console import driver_line
 from pivot.local.group import LocalGroup
@@ -40,3 +42,25 @@ def test_the_console_line_names_driver_backend_and_origin():
     local = driver_line(_Driver(LocalGroup(random_if_missing=True, backend=Backend("cpu"))),
                         ("@LocalDriver", "gin/tiny_cpu.gin"))
     assert local.startswith("driver: local on the cpu backend") and "4 CPU slots" in local
+
+
+def test_every_local_deployment_file_parses_over_the_default():
+    """Each gin/local/*.gin is included after gin/tiny_cpu.gin (run.py's and the README's
+    use); the tuned PivotRL file binds the three settings it measured with."""
+    import gin
+
+    from pivot.config import gin_setup
+    from pivot.sim.deployment import Deployment
+
+    root = Path(__file__).resolve().parents[2]
+    try:
+        for f in sorted((root / "gin/local").glob("*.gin")):
+            gin_setup.parse([str(root / "gin/tiny_cpu.gin"), str(f)], [])
+        gin_setup.parse([str(root / "gin/tiny_cpu.gin"),
+                         str(root / "gin/local/pivotrl_train2.gin")], [])
+        d = Deployment()
+        assert (d.name, d.training_devices, d.training_home) == ("pivotrl", 2, False)
+        assert gin.query_parameter("PivotPlanner.min_replicas") == 0
+        assert gin.query_parameter("PivotPlanner.scheduler_rule") is True
+    finally:
+        gin.clear_config()
