@@ -70,3 +70,14 @@ def stack():
                                           for k in ("seed", "lr", "cpu_share"))).start()
     yield s
     s.close()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    """After the session's fixtures are torn down (the stack's procs stopped), shut
+    Monarch's client down with time to finish, instead of in its own 1-second atexit
+    call, which timed out after every full run and sometimes aborted the process after
+    every test passed (``pivot.compat.monarch.shutdown_client``)."""
+    from pivot.compat.monarch import shutdown_client
+
+    shutdown_client()

@@ -11,6 +11,8 @@
 - ``supervision_error``: the error a call raises once Monarch knows its actor's process
   died (a Rust binding's class, not exported by ``monarch.actor``); a call already in
   flight when the process dies never answers instead (``pivot.runtime.pending``).
+- ``shutdown_client``: Monarch's own exit-time shutdown allows itself 1 s; shut down
+  earlier with room to finish.
 
 Not a shim but a trap of the same version: import torch before any ``monarch.common._C``
 import (``pivot.runtime.provision`` does). ``tests/compat/test_monarch.py`` checks the
@@ -163,3 +165,30 @@ def supervision_error() -> type[Exception]:
     from monarch._rust_bindings.monarch_hyperactor.supervision import SupervisionError
 
     return SupervisionError
+
+
+def shutdown_client(host_timeout: float = 10.0, wait_s: float = 60.0) -> bool:
+    """Shuts this process's Monarch client down now, with time to finish; returns whether
+    a shutdown finished (False if Monarch was never imported, or it did not finish).
+
+    torchmonarch 0.7.0 registers ``shutdown_context(host_timeout=0.3).get(timeout=1.0)``
+    as an atexit handler when its client starts. After a full test session (many procs
+    spawned, some killed) that call timed out at exit in every run here, and in some runs
+    the process then aborted ("FATAL: exception not rethrown", exit 134) after every test
+    had passed. Shutting down before exit, with ``host_timeout`` for the host's procs
+    and ``wait_s`` in all, leaves the atexit call an already-completed future (Monarch
+    returns one to every call after the first). A shutdown that does not finish is
+    logged, not raised: the caller is exiting anyway."""
+    import sys
+
+    if "monarch._src.actor.actor_mesh" not in sys.modules:
+        return False
+    from monarch.actor import shutdown_context
+
+    try:
+        shutdown_context(host_timeout=host_timeout).get(timeout=wait_s)
+    except Exception as e:  # noqa: BLE001 - exiting: report, do not mask the exit status
+        log.warning("Monarch's client did not shut down within %.0f s: %s: %s", wait_s,
+                    type(e).__name__, e)
+        return False
+    return True

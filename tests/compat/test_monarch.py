@@ -163,3 +163,38 @@ def test_a_dead_proc_reaches_every_listener_through_the_one_hook():
 def test_the_supervision_error_a_call_to_a_dead_actor_raises_is_where_we_read_it():
     err = mc.supervision_error()
     assert err.__name__ == "SupervisionError" and issubclass(err, Exception), RECHECK
+
+
+def test_shutdown_client_finishes_before_exit_and_leaves_the_atexit_call_nothing_to_do():
+    """A client with a spawned proc shuts down through ``shutdown_client``; the process then
+    exits 0 with no TimeoutError from Monarch's atexit handler, and a second call (as the
+    atexit one is) returns at once."""
+    code = """
+import os, sys, time
+import torch  # before monarch's native modules (pivot.runtime.provision's order)
+from monarch.actor import Actor, endpoint, this_host
+from pivot.compat import monarch as mc
+class Pid(Actor):
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+procs = this_host().spawn_procs(per_host={"procs": 1}, name="compat_shutdown")
+assert procs.spawn("compat_shutdown_pid", Pid).pid.call_one().get(timeout=60) != os.getpid()
+assert mc.shutdown_client(), "the shutdown did not finish"
+from monarch.actor import shutdown_context
+t = time.monotonic(); shutdown_context(host_timeout=0.3).get(timeout=1.0)
+assert time.monotonic() - t < 0.5
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=180, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
+    assert "TimeoutError" not in out.stderr, out.stderr[-2000:]
+
+
+def test_shutdown_client_without_monarch_imported_does_nothing():
+    code = ("import sys; from pivot.compat import monarch as mc; "
+            "assert not mc.shutdown_client(); assert 'monarch' not in sys.modules")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
