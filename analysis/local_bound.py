@@ -90,18 +90,14 @@ def step_bound(devices: int, inference_slot_s: float, train_s: dict[int, float])
 
 
 def training_slots(deployment: str, devices: int, default: int) -> int:
-    """Slots a deployment of ``local_experiments.py`` trains on: all for colocated, t of
-    a ``disaggregated_<r>_<w>_<t>`` / ``rr_colocated_<t>`` split, k of a
-    ``pivotrl_..._train<k>`` variant, else ``default`` (``LocalGroup.training_devices``)."""
-    if deployment == "colocated":
-        return devices
-    m = re.fullmatch(r"disaggregated_\d+_\d+_(\d+)|rr_colocated_(\d+)", deployment)
-    if m:
-        return int(m.group(1) or m.group(2))
-    if deployment == "disaggregated":
-        return 1
-    m = re.search(r"_train(\d+)", deployment)
-    return int(m.group(1)) if m else default
+    """Slots a deployment of ``local_experiments.py`` trains on, from the ``Deployment``
+    its name stands for (``deployment_of``): all for ``training_devices = -1``
+    (colocated), the group's ``default`` (``LocalGroup.training_devices``) for 0, else
+    its own count."""
+    from launchers.local_experiments import deployment_of
+
+    td = deployment_of(deployment).training_devices
+    return devices if td == -1 else (td or default)
 
 
 def _gin_int(params: list[str], name: str, default: int) -> int:

@@ -265,8 +265,8 @@ class MeshController:
 
     def tensors(self, device: int, role: Role, item: str):
         k = self._key(device, role)
-        return self._pending(device, k, self.actor(device, role).tensors.call_one(
-            role, item)).get()
+        actor = self.slots[self._check(device)][k]   # ``actor(device, role)``
+        return self._pending(device, k, actor.tensors.call_one(role, item)).get()
 
     def invoke(self, device: int, method: str, **kwargs: Any) -> Any:
         return self.invoke_start(device, method, **kwargs).get()
