@@ -116,10 +116,11 @@ def shift_up_migration(sched: LoadArrays, up: list[ReplicaView],
             version[i] += 1
             heapq.heappush(heap, (-tput.item(i), version[i], i))
     # A sequence may move more than once; the driver sees one abort and one dispatch.
-    for sid, src_id in origin.items():
-        if final[sid] != src_id:
-            actions.append(Abort(sid, src_id))
-            actions.append(Dispatch(sid, final[sid], resume=True))
+    # Every abort before every dispatch: a driver applies a run of one kind as one round
+    # over the replicas, so the moves cost two rounds, not two per sequence.
+    moved = [sid for sid, src_id in origin.items() if final[sid] != src_id]
+    actions.extend(Abort(sid, origin[sid]) for sid in moved)
+    actions.extend(Dispatch(sid, final[sid], resume=True) for sid in moved)
     return actions
 
 
