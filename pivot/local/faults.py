@@ -161,7 +161,10 @@ class SlotFaults:
 
     def _lose_steps(self, role: Role, rid: str) -> Steps[int]:
         fleet = self.fleet
-        requeued, acts = fleet.schedulers[role].lose_replica(rid)
+        sched = fleet.schedulers[role]
+        # a shift-down migration drops its donors from the scheduler before its aborts
+        # run: a donor that died under them has nothing left there to requeue
+        requeued, acts = sched.lose_replica(rid) if rid in sched.replicas else ([], [])
         # every sequence the port last placed there: the requeued ones, and those an
         # abort round that failed on the dead slot already queued again
         for seq in fleet.port.sequences.values():

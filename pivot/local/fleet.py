@@ -26,6 +26,7 @@ from pivot.roles.engine.requests import GenRequest, SampleSpec, SeqResult
 from pivot.rl.ports import Judgement, Response
 from pivot.rl.trajectory import Trajectory
 from pivot.runtime.waits import Steps, run_async, run_blocking
+from pivot.scheduler.actions import Abort, Dispatch
 from pivot.scheduler.scheduler import ShiftAwareScheduler
 from pivot.shifting.executor import MigrationStats
 from pivot.types import GENRM, POLICY, Role, SequenceState
@@ -131,9 +132,13 @@ class Fleet:
     def apply(self, actions: Sequence[object]) -> MigrationStats:
         return run_blocking(self.apply_steps(actions))
 
-    def apply_steps(self, actions: Sequence[object]) -> Steps[MigrationStats]:
-        st = yield from self.port.apply_steps(actions)
-        self.migration.add(st)
+    def apply_steps(self, actions: Sequence[object], stats: MigrationStats | None = None
+                    ) -> Steps[MigrationStats]:
+        st = MigrationStats() if stats is None else stats
+        try:
+            yield from self.port.apply_steps(actions, st)
+        finally:   # what a failed application did still counts
+            self.migration.add(st)
         return st
 
     # ---- blocking and awaiting forms of the steps below ----------------------------
@@ -185,7 +190,43 @@ class Fleet:
         """The executor's migration (``ReplicaPort.migrate_async``): the scheduler's
         call and the application of its actions, as one operation."""
         async with self.lock:
-            return await run_async(self.apply_steps(actions_of()))
+            actions = actions_of()
+            stats = MigrationStats()
+            try:
+                await run_async(self.apply_steps(actions, stats))
+            except Exception as e:  # noqa: BLE001 - only a slot's death is handled
+                moved = self.reconcile(actions)
+                if self.on_slot_error is None or not await self.on_slot_error(e):
+                    raise
+                log.warning("a migration met a dead slot after %d aborts and %d dispatches; "
+                            "%d of its sequences stayed where their engines held them or "
+                            "went back to their queues", stats.aborted, stats.dispatched,
+                            moved)
+                await run_async(self.dispatch_steps())
+            return stats
+
+    def reconcile(self, actions: Sequence[object]) -> int:
+        """After a migration failed partway (alg. 3 / 4 placed every sequence before its
+        first action ran), the schedulers are told where each of its sequences really is,
+        as the port recorded: still on the replica whose Abort never ran, on the replica
+        whose Dispatch did, or, aborted and not dispatched, in the queue (resuming from
+        the tokens the abort returned). Call it before the dead slot's replicas are lost
+        (``lose_replica`` then requeues what they held). Returns how many moved."""
+        moved = 0
+        for sid in dict.fromkeys(a.seq_id for a in actions if isinstance(a, (Abort, Dispatch))):
+            sched = self.schedulers[Role.ROLLOUT if sid % 2 == 0 else Role.REWARD]
+            seq, mine = sched.seqs.get(sid), self.port.sequences.get(sid)
+            if seq is None or mine is None:
+                continue   # finished
+            held = mine.replica_id if mine.replica_id in sched.replicas else None
+            if held == seq.replica_id:
+                continue
+            if held is None:
+                sched.abort(seq.replica_id, sid)   # the scheduler's record only
+            else:
+                sched.restore(sid, held)
+            moved += 1
+        return moved
 
     # ---- submission ----------------------------------------------------------------
     def register(self, role: Role, trajs: Sequence[Trajectory]) -> None:

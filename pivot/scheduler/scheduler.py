@@ -286,6 +286,22 @@ class ShiftAwareScheduler(LoadArrays):
         self._remove_replicas([replica_id])
         return lost, self.dispatch()
 
+    def restore(self, seq_id: int, replica_id: str) -> None:
+        """Records ``seq_id`` as running on ``replica_id`` again, wherever the scheduler
+        had put it: a migration placed it elsewhere, but failed before its Abort reached
+        the engine that still runs it (the driver knows where its engines hold it)."""
+        seq = self.seqs.get(seq_id)
+        if seq is None:
+            raise StateError(f"restore of unknown sequence {seq_id}")
+        self.view(replica_id)
+        if seq.replica_id == replica_id:
+            return
+        if seq.replica_id is not None:
+            self._unplace(seq_id)
+        else:
+            self.queue.remove(seq_id)
+        self._place(seq, replica_id)
+
     # ------------------------------------------------------------------- metrics
     @property
     def num_seqs(self) -> int:

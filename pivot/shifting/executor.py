@@ -234,7 +234,18 @@ class ShiftExecutor:
             # slot work overlaps where the backend allows (``Shifter.shift_*_many``).
             stage = "shift_down"
             t = clock()
-            real = [d for d in donors if d.role is not None]
+            # A donor whose slot died during the migration is gone from the device map
+            # (the driver's fault handling marked it LOST and requeued its sequences):
+            # there is nothing left to shift down, nor to shift up on its devices.
+            real = [d for d in donors if d.role is not None
+                    and self.shifter.device_map.replica_devices(d.replica_id)]
+            lost = set(self.shifter.device_map.devices_in(SlotKind.LOST))
+            groups = [tuple(g) for g in plan.up_devices if not lost & set(g)]
+            gone = lost & ({x for d in donors for x in d.devices}
+                           | {x for g in plan.up_devices for x in g})
+            if gone:
+                log.warning("devices %s were lost during the migration; the plan goes on "
+                            "without them", sorted(gone))
             if real:
                 # A plan with no shift-up group only releases its donors to the idle pool.
                 results = yield ("down", [d.replica_id for d in real],
@@ -248,10 +259,10 @@ class ShiftExecutor:
 
             stage = "shift_up"
             t = clock()
-            if plan.up_devices:
-                ids = [self.new_replica_id(plan.up_role) for _ in plan.up_devices]
-                results = yield ("up", plan.up_role, list(zip(ids, plan.up_devices)))
-                for rid, devs, res in zip(ids, plan.up_devices, results):
+            if groups:
+                ids = [self.new_replica_id(plan.up_role) for _ in groups]
+                results = yield ("up", plan.up_role, list(zip(ids, groups)))
+                for rid, devs, res in zip(ids, groups, results):
                     if isinstance(res, ShiftError):
                         continue
                     report.up.append(ShiftRecord("up", plan.up_role, rid, devs, res.phases,
@@ -286,8 +297,12 @@ class ShiftExecutor:
         return report
 
     def _migrate_up(self, plan: ShiftPlan, report: ShiftReport) -> tuple:
+        """The shift-up migration onto the new replicas still in the device map (one whose
+        slot died since it came up was marked LOST: it gets no work)."""
         sched = self.schedulers[plan.up_role]
-        return ("migrate", partial(sched.shift_up, list(report.new_replicas)))
+        dm = self.shifter.device_map
+        views = [v for v in report.new_replicas if dm.replica_devices(v.replica_id)]
+        return ("migrate", partial(sched.shift_up, views) if views else list)
 
     def validate(self, plan: ShiftPlan) -> list[ShiftDown]:
         """Checks ``plan`` against the device map; returns the donors with training's

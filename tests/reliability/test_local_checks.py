@@ -9,84 +9,18 @@ import pytest
 
 from pivot.local.fleet import Fleet
 from pivot.models.tokenizer import TextCodec
+from pivot.testing.fleet import FakeCtl
 from pivot.reliability.invariants import InvariantError
 from pivot.reliability.local_checks import LocalChecker
 from pivot.rl.data import PromptStream
 from pivot.rl.staleness import StalenessBound
 from pivot.rl.workflow import RLWorkflow
-from pivot.roles.engine.requests import SampleSpec, SeqResult
+from pivot.roles.engine.requests import SampleSpec
 from pivot.scheduler.scheduler import ShiftAwareScheduler
 from pivot.scheduler.throughput import ThroughputModel
-from pivot.shifting.device_map import DeviceMap
-from pivot.shifting.role_shift import SlotKind
 from pivot.types import GENRM, INFERENCE_ROLES, POLICY, ReplicaView, Role
 
 KV = 1000
-
-
-class FakeEngine:
-    """One slot's engine: sequences advance one token per ``step``."""
-
-    def __init__(self):
-        self.live: dict[int, tuple[int, list[int]]] = {}
-        self.done: dict[int, SeqResult] = {}
-
-    def submit(self, reqs):
-        for r in reqs:
-            self.live[r.seq_id] = (len(r.prompt), list(r.generated))
-        return [None] * len(reqs)
-
-    def abort(self, seq_ids):
-        out = {}
-        for s in seq_ids:
-            p, toks = self.live.pop(s)
-            out[s] = SeqResult(s, p, toks, [0.0] * len(toks), "abort")
-        return out
-
-    def step(self, token: int = 5):
-        for _, toks in self.live.values():
-            toks.append(token)
-
-    def finish(self, sid: int, tokens: list[int] | None = None):
-        p, toks = self.live.pop(sid)
-        toks = toks if tokens is None else tokens
-        self.done[sid] = SeqResult(sid, p, toks, [0.0] * len(toks), "length")
-
-    def fail(self, sid: int):
-        """As a failed engine step ends a sequence: tokens so far, reason "error"."""
-        p, toks = self.live.pop(sid)
-        self.done[sid] = SeqResult(sid, p, toks, [0.0] * len(toks), "error", "injected")
-
-    def poll(self):
-        out, self.done = self.done, {}
-        return out, {s: p + len(t) for s, (p, t) in self.live.items()}
-
-    def refresh(self):
-        self.refreshed = getattr(self, "refreshed", 0) + 1
-
-
-class FakeCtl:
-    """The mesh controller's calls the fleet and the checker make."""
-
-    def __init__(self, devices: int = 4):
-        self.device_map = DeviceMap((0,) * devices)
-        self.engines = [FakeEngine() for _ in range(devices)]
-        self.slot_override: dict[int, tuple] = {}
-
-    def invoke(self, device, method, **kwargs):
-        return getattr(self.engines[device], method)(**kwargs)
-
-    def invoke_start(self, device, method, **kwargs):
-        out = self.invoke(device, method, **kwargs)
-        return SimpleNamespace(get=lambda: out)
-
-    def describe_all(self):
-        out = []
-        for d, st in enumerate(self.device_map.states):
-            role, rid = (st.role, st.replica_id) if st.kind is SlotKind.ACTIVE else (None, None)
-            role, rid = self.slot_override.get(d, (role, rid))
-            out.append({"role": role, "replica_id": rid})
-        return out
 
 
 def _up(ctl, scheds, role, rid, device):

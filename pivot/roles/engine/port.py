@@ -79,12 +79,14 @@ class GeneratorPort:
     async def collect_async(self) -> dict[int, SeqResult]:
         return await run_async(self.collect_steps())
 
-    def apply_steps(self, actions: Sequence[object]) -> Steps[MigrationStats]:
+    def apply_steps(self, actions: Sequence[object], stats: MigrationStats | None = None
+                    ) -> Steps[MigrationStats]:
         """Runs ``actions`` in order. Each run of consecutive actions of one kind is one
         round: one call per replica, started on every replica before any is waited for,
         so a round costs the slowest replica's call, not their sum (each call lands
-        between two engine steps)."""
-        stats = MigrationStats()
+        between two engine steps). ``stats``, when given, is filled as the rounds run, so
+        a caller still has the counts of an application that failed partway."""
+        stats = MigrationStats() if stats is None else stats
         for kind, run in itertools.groupby(actions, key=type):
             if kind not in (Abort, Dispatch):
                 raise StateError(f"unknown action type {kind.__name__}")
