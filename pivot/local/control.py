@@ -252,6 +252,7 @@ class LocalTrainer:
         self.run_id = uuid.uuid4().hex[:8]   # tags this run's AdamW state in the slots
         self._restore_opt: dict | None = None
         self._fresh = True   # a reused slot keeps the last run's AdamW state: clear it
+        self._before_step: tuple = (None, True, None)
         self.optimizer_moves = 0
 
     def ready(self) -> bool:
@@ -286,6 +287,9 @@ class LocalTrainer:
             raise TrainingLost(f"training holds no devices at version {version}")
         tag = (self.run_id, version)
         m_extra: dict[str, float] = {}
+        # what the driver holds before the step, until its Write is published: a slot
+        # that dies mid-publish takes the step's weights with it (``publish``)
+        self._before_step = (self.optimizer, self._fresh, self._restore_opt)
         if self._restore_opt is not None:
             self._all(devs, "set_optimizer_state", state=self._restore_opt, tag=tag)
             self._restore_opt = None
@@ -320,7 +324,14 @@ class LocalTrainer:
         event loop keeps running)."""
         devs = self.control.training_devices()
         t = time.perf_counter()
-        await self.ctl.write_back_replica(tuple(devs)).wait()
+        try:
+            await self.ctl.write_back_replica(tuple(devs)).wait()
+        except SlotProcessDied as e:
+            # GPS discards the half-written version (``MeshController.poll_faults`` ends
+            # the dead writer's lease) and keeps the previous one; the driver goes back
+            # to the AdamW state before the step, so the batch trains again from there
+            self.optimizer, self._fresh, self._restore_opt = self._before_step
+            raise TrainingLost(f"publishing version {version}: {e}") from e
         self.control.publishes += 1
         write_s = time.perf_counter() - t
         refresh_s = await self.fleet.refresh_rollout_async()

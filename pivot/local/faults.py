@@ -13,14 +13,18 @@ half-written GPS versions). ``SlotFaults`` turns that into what the run needs:
 - the slot is replaced in the background (a new process and its engines,
   ``MeshController.replace``, on a worker thread while the run goes on); at the next tick
   it returns to the role it held, through the executor like any shift up;
-- a training replica of one slot loses the step in flight (``TrainingLost``: the RL
-  loop keeps the batch, and the driver's AdamW state and GPS still hold the previous
-  step's); the batch trains again once training is back, on another slot the planner
-  gives it or on the replaced slot;
+- a training replica of one slot loses the step in flight, during the step or while it
+  publishes (``TrainingLost``: the RL loop keeps the batch, GPS discards the half-written
+  version and keeps the previous one, and the driver goes back to its AdamW state from
+  before the step); the batch trains again once training is back, on another slot the
+  planner gives it or on the replaced slot;
+- a slot that dies inside a shift's migration loses no sequence either: the fleet tells
+  the schedulers where each sequence really is (``Fleet.reconcile``) before the dead
+  replica is lost, and the executor goes on without the lost devices;
 - one rank of a multi-device replica (TP, or training over several slots: its other
-  ranks may be waiting in a collective), or a death while training publishes, ends the
-  run with a ``SlotDied`` error naming it: the run resumes from its last checkpoint
-  (``LocalDriver.resume``), as after any crash.
+  ranks may be waiting in a collective) ends the run with a ``SlotDied`` error naming
+  it: the run resumes from its last checkpoint (``LocalDriver.resume``), as after any
+  crash.
 
 A fleet operation that meets the dead slot before the tick does (a poll's call to it
 fails) asks ``after_error`` whether a slot died; it waits up to ``wait_s`` for

@@ -224,10 +224,21 @@ class RLLoop:
                     log.warning("step %d lost with its training replica (%s); it trains "
                                 "again", step + 1, e)
                     continue
-                version = self.wf.trained()
+                version = step + 1
                 t_pub = self.clock()
-                # on the loop's thread (awaiting its slot calls): it touches the schedulers
-                pm = await settle(self.trainer.publish(version))
+                try:
+                    # on the loop's thread (awaiting its slot calls): it touches the
+                    # schedulers
+                    pm = await settle(self.trainer.publish(version))
+                except TrainingLost as e:
+                    # the replica died before its Write committed: GPS holds the previous
+                    # version and the trainer its state before the step, so the batch,
+                    # still the next one (``trained`` comes after the publish), trains again
+                    self.steps_lost += 1
+                    log.warning("step %d lost with its training replica while publishing "
+                                "(%s); it trains again", step + 1, e)
+                    continue
+                self.wf.trained()
             finally:
                 self.control.set_busy(False)
             now = self.clock()

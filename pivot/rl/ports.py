@@ -75,7 +75,9 @@ class TrainerPort(Protocol):
         ...
 
     def publish(self, version: int) -> dict[str, float]:
-        """GPS Write of the new policy; rollout replicas Read it (sec. 5.1)."""
+        """GPS Write of the new policy; rollout replicas Read it (sec. 5.1). Raises
+        ``TrainingLost`` if its devices died before the Write committed, having gone
+        back to its state before the step (the loop trains the batch again)."""
         ...
 
     def state(self) -> dict[str, Any]:

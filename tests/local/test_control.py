@@ -1,9 +1,12 @@
 """The local control plane's rules for a failed shift plan (``pivot.local.control``), with
 no engine: which failures the run goes on past, and the cause it reports."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from pivot.local.control import root_cause, survivable
+from pivot.runtime.pending import SlotProcessDied
 from pivot.shifting.executor import ShiftReport
 from pivot.types import Role
 
@@ -91,3 +94,72 @@ def test_no_step_starts_on_training_while_a_plan_takes_it_down():
     asyncio.run(control.execute_async(take))
     asyncio.run(control.execute_async(keep))
     assert seen == [False, True] and trainer.ready()
+
+
+class _TrainingSlot:
+    """One training slot whose AdamW state is a step count ``n``; its process can die
+    mid-Write, to be replaced by a fresh one (no state, no tag)."""
+
+    def __init__(self):
+        self.n, self.tag, self.sent, self.die_in_write = 0, None, [], False
+
+    def invoke_start(self, device, method, **kwargs):
+        out = getattr(self, method)(**kwargs)
+        return SimpleNamespace(get=lambda: out)
+
+    def reset_optimizer(self, tag):
+        self.n, self.tag = 0, tag
+        self.sent.append(("reset", 0))
+
+    def set_optimizer_state(self, state, tag):
+        self.n, self.tag = state["n"], tag
+        self.sent.append(("set", state["n"]))
+
+    def held_optimizer_tag(self):
+        return self.tag
+
+    def train_step(self, batch, version):
+        self.n += 1
+        self.tag = (self.tag[0], version + 1)
+        return {}
+
+    def optimizer_state(self):
+        return {"n": self.n}
+
+    def write_back_replica(self, devices):
+        async def wait():
+            if self.die_in_write:
+                self.die_in_write, self.n, self.tag = False, 0, None   # replaced
+                raise SlotProcessDied("slot 0: its process died mid-Write")
+            return 0.0
+        return SimpleNamespace(wait=wait)
+
+
+def test_a_slot_lost_while_publishing_takes_the_trainer_back_to_its_state_before_the_step():
+    # the step's weights and AdamW state died with the slot; GPS keeps the previous
+    # version, and the driver must send the state from before the step to the slot that
+    # trains the batch again (not the lost step's, which it fetched after the step)
+    import asyncio
+
+    from pivot.local.control import LocalTrainer
+    from pivot.rl.ports import TrainingLost
+
+    slot = _TrainingSlot()
+    control = SimpleNamespace(training_devices=lambda: (0,), publishes=0)
+
+    async def refresh():
+        return 0.0
+
+    fleet = SimpleNamespace(refresh_rollout_async=refresh)
+    trainer = LocalTrainer(slot, fleet, control, None, 0)
+    trainer.train_batch(None, 0)
+    asyncio.run(trainer.publish(1))
+    trainer.train_batch(None, 1)
+    assert trainer.optimizer == {"n": 2}
+    slot.die_in_write = True
+    with pytest.raises(TrainingLost, match="publishing version 2"):
+        asyncio.run(trainer.publish(2))
+    assert trainer.optimizer == {"n": 1} and control.publishes == 1
+    trainer.train_batch(None, 1)                      # on the replaced slot
+    asyncio.run(trainer.publish(2))
+    assert slot.sent == [("reset", 0), ("set", 1)] and trainer.optimizer == {"n": 2}

@@ -159,3 +159,35 @@ def test_a_step_lost_with_its_training_replica_trains_the_same_batch_again():
     assert [m["step"] for m in loop.history] == [1, 2, 3, 4]
     assert [b["step"] for b in tr.batches] == [0, 1, 2, 3]   # step 1's batch once, after
     assert tr.policy == ref.policy
+
+
+def test_a_step_lost_while_publishing_trains_the_same_batch_again():
+    # the replica died before its Write committed: the trainer is back at its state
+    # before the step (as LocalTrainer goes back to its AdamW state), the workflow has
+    # not advanced, and the policy equals an uninterrupted run's
+    from pivot.rl.ports import TrainingLost
+
+    _, ref, ref_loop = make(4)
+    ref_loop.run()
+    wf, tr, loop = make(4)
+    train, publish, lost = tr.train, tr.publish, []
+    before = {}
+
+    def train_(groups, version):
+        before["policy"] = tr.policy
+        return train(groups, version)
+
+    def publish_(version):
+        if version == 2 and not lost:
+            lost.append(wf.version)
+            tr.policy = before["policy"]   # the step's weights died with the slot
+            raise TrainingLost("slot 3: its process died mid-Write")
+        return publish(version)
+
+    tr.train, tr.publish = train_, publish_
+    loop.run()
+    assert lost == [1] and loop.steps_lost == 1 and loop.control.busy is False
+    assert [m["step"] for m in loop.history] == [1, 2, 3, 4]
+    assert [m["version"] for m in loop.history] == [1, 2, 3, 4]
+    assert [b["step"] for b in tr.batches] == [0, 1, 1, 2, 3]   # step 1's batch twice
+    assert tr.policy == ref.policy
