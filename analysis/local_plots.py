@@ -17,7 +17,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 OUT = Path(__file__).resolve().parents[1] / "results" / "local"
 
 
-def throughput(d: dict) -> None:
+def throughput(d: dict, name: str = "throughput") -> None:
+    """Bars of each deployment's mean, a dot per seed -> results/local/<name>.png."""
     runs = d["runs"]
     names = list(dict.fromkeys(r["deployment"] for r in runs))
     mean = d.get("throughput_mean", {})
@@ -32,7 +33,7 @@ def throughput(d: dict) -> None:
     ax.set_ylabel("tokens / s (after step 1)")
     ax.set_title("End-to-end throughput, local CPU, 4 slots")
     fig.tight_layout()
-    fig.savefig(OUT / "throughput.png", dpi=120)
+    fig.savefig(OUT / f"{name}.png", dpi=120)
 
 
 def overheads(d: dict) -> None:
@@ -152,5 +153,8 @@ if __name__ == "__main__":
         trace(json.loads((OUT / f"{sys.argv[2]}.json").read_text()), sys.argv[2])
         sys.exit(0)
     data = json.loads((OUT / f"{what}.json").read_text())
+    if what.startswith("throughput_"):   # a named throughput run: <name>.png
+        throughput(data, what)
+        sys.exit(0)
     {"throughput": throughput, "convergence": convergence, "trace": trace,
      "overheads": overheads, "sensitivity": sensitivity}[what](data)

@@ -354,8 +354,8 @@ def main() -> int:
     if a.what == "throughput":
         out.update(throughput_table(rows))
     (OUT / f"{name}.json").write_text(json.dumps(out, indent=1))
-    if name == a.what:
-        subprocess.run([sys.executable, "analysis/local_plots.py", a.what], cwd=ROOT,
+    if name == a.what or (a.what == "throughput" and name.startswith("throughput_")):
+        subprocess.run([sys.executable, "analysis/local_plots.py", name], cwd=ROOT,
                        check=False)
     print(json.dumps({k: v for k, v in out.items() if k != "runs"}, indent=1))
     return 0
