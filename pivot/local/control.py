@@ -32,6 +32,9 @@ from pivot.types import INFERENCE_ROLES, POLICY, Role, TrainingLoad
 log = logging.getLogger(__name__)
 
 SLOT_STAGES = ("shift_down", "shift_up")
+RANK_GRACE_S = 20.0
+"""After one rank of a replica failed, how long the others' calls may take to answer or
+be reported dead (supervision reports a SIGKILLed process in about 8 s here)."""
 """The executor's stages whose failure leaves only devices LOST (``ShiftExecutor``)."""
 
 
@@ -263,9 +266,31 @@ class LocalTrainer:
                 and not any(self.ctl.reported_dead(d) for d in devs))
 
     def _all(self, devs: Sequence[int], method: str, **kwargs: Any) -> list[Any]:
-        """``method`` on every slot of the replica at once; their results in rank order."""
+        """``method`` on every slot of the replica at once; their results in rank order.
+        Every call is waited for: when a rank's process died, the others' calls fail
+        (their collective lost a peer) or hang until the tick kills them
+        (``SlotFaults``), and the death, not their error, is what it raises. After a
+        rank's own error, the others get ``RANK_GRACE_S`` to answer or be reported dead
+        (they may wait in a collective for the failed rank forever)."""
         pending = [self.ctl.invoke_start(d, method, **kwargs) for d in devs]
-        return [p.get() for p in pending]
+        out: list[Any] = []
+        dead: SlotProcessDied | None = None
+        err: Exception | None = None
+        for p in pending:
+            try:
+                out.append(p.get() if err is None else p.get(within=RANK_GRACE_S))
+            except SlotProcessDied as e:
+                dead = dead or e
+            except TimeoutError:
+                if err is None:
+                    raise
+            except Exception as e:  # noqa: BLE001 - raised below, after every rank
+                err = err or e
+        if dead is not None:
+            raise dead
+        if err is not None:
+            raise err
+        return out
 
     def train(self, groups: Sequence[PromptGroup], version: int) -> dict[str, float]:
         batch = build_train_batch(groups, self.pad_id, scale_by_std=self.scale_by_std)
@@ -318,7 +343,8 @@ class LocalTrainer:
             m["trainer/optimizer_fetch_s"] = time.perf_counter() - t
         return m
 
-    async def publish(self, version: int) -> dict[str, float]:
+    async def publish(self, version: int,
+                      on_written: Callable[[], object] = lambda: None) -> dict[str, float]:
         """GPS Write from the training replica (its slots gather the weights together and
         rank 0 writes), then every rollout replica Reads it; both awaited (the RL loop's
         event loop keeps running)."""
@@ -333,6 +359,7 @@ class LocalTrainer:
             self.optimizer, self._fresh, self._restore_opt = self._before_step
             raise TrainingLost(f"publishing version {version}: {e}") from e
         self.control.publishes += 1
+        on_written()
         write_s = time.perf_counter() - t
         refresh_s = await self.fleet.refresh_rollout_async()
         return {"gps/write_s": write_s, "gps/rollout_refresh_s": refresh_s}

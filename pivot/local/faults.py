@@ -21,10 +21,12 @@ half-written GPS versions). ``SlotFaults`` turns that into what the run needs:
 - a slot that dies inside a shift's migration loses no sequence either: the fleet tells
   the schedulers where each sequence really is (``Fleet.reconcile``) before the dead
   replica is lost, and the executor goes on without the lost devices;
-- one rank of a multi-device replica (TP, or training over several slots: its other
-  ranks may be waiting in a collective) ends the run with a ``SlotDied`` error naming
-  it: the run resumes from its last checkpoint (``LocalDriver.resume``), as after any
-  crash.
+- one rank of a multi-device replica (TP, or training over several slots) takes the
+  replica's other ranks with it: they may wait in its collective forever, so their
+  processes are killed (``MeshController.kill``) and the replica is lost, replaced and
+  returned whole. Where a surviving rank runs on another host (no kill by pid), the run
+  stops with a ``SlotDied`` error naming it and resumes from its last checkpoint
+  (``LocalDriver.resume``), as after any crash.
 
 A fleet operation that meets the dead slot before the tick does (a poll's call to it
 fails) asks ``after_error`` whether a slot died; it waits up to ``wait_s`` for
@@ -133,15 +135,24 @@ class SlotFaults:
         lost = lost_replicas(before, dead)
         now = self.clock() - self.t0
         rec = {"time_s": now, "devices": list(dead), "replicas": {}, "requeued": 0,
-               "replaced_s": None, "returned_to": None}
+               "killed": [], "replaced_s": None, "returned_to": None}
         self.records.append(rec)
+        killed: list[int] = []
         for rid, (role, devs) in lost.items():
             rec["replicas"][rid] = role.value
-            if len(devs) > 1:
+            survivors = [d for d in devs if d not in dead]
+            if survivors and not self.ctl.can_kill(survivors):
                 raise SlotDied(f"slot(s) {list(dead)} died holding one rank of the "
-                               f"{len(devs)}-device {role.value} replica {rid}: its other "
-                               f"ranks may wait in a collective, so the run stops; resume "
-                               f"it from its last checkpoint (LocalDriver.resume = True)")
+                               f"{len(devs)}-device {role.value} replica {rid}, whose other "
+                               f"ranks run on another host and may wait in a collective: "
+                               f"the run stops; resume it from its last checkpoint "
+                               f"(LocalDriver.resume = True)")
+            killed += survivors
+        if killed:
+            # the other ranks of a replica that lost one may wait in its collective
+            # forever: they go too, and the replica is replaced whole
+            self.ctl.kill(killed)
+            rec["killed"] = killed
         if len(self.records) > self.max_deaths:
             raise SlotDied(f"slot(s) {list(dead)} died: {len(self.records)} slot deaths in "
                            f"this run, more than LocalDriver.max_slot_deaths="

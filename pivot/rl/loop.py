@@ -228,17 +228,21 @@ class RLLoop:
                 t_pub = self.clock()
                 try:
                     # on the loop's thread (awaiting its slot calls): it touches the
-                    # schedulers
-                    pm = await settle(self.trainer.publish(version))
+                    # schedulers. The workflow advances once the Write committed, before
+                    # the rollout replicas Read it: prompts released from then on are
+                    # dispatched after that Read (it holds the fleet), on the new policy
+                    pm = await settle(self.trainer.publish(version, self.wf.trained))
                 except TrainingLost as e:
                     # the replica died before its Write committed: GPS holds the previous
                     # version and the trainer its state before the step, so the batch,
-                    # still the next one (``trained`` comes after the publish), trains again
+                    # still the next one (not ``trained``), trains again
                     self.steps_lost += 1
                     log.warning("step %d lost with its training replica while publishing "
                                 "(%s); it trains again", step + 1, e)
                     continue
-                self.wf.trained()
+                if self.wf.version != version:
+                    raise StateError(f"{type(self.trainer).__name__}.publish returned "
+                                     f"without calling its on_written at version {version}")
             finally:
                 self.control.set_busy(False)
             now = self.clock()

@@ -5,7 +5,7 @@ slots and the torchtitan trainer; tests implement them in memory.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -74,10 +74,12 @@ class TrainerPort(Protocol):
         its devices died mid-step (the loop trains the batch again)."""
         ...
 
-    def publish(self, version: int) -> dict[str, float]:
-        """GPS Write of the new policy; rollout replicas Read it (sec. 5.1). Raises
-        ``TrainingLost`` if its devices died before the Write committed, having gone
-        back to its state before the step (the loop trains the batch again)."""
+    def publish(self, version: int, on_written: Callable[[], object]) -> dict[str, float]:
+        """GPS Write of the new policy; rollout replicas Read it (sec. 5.1). Calls
+        ``on_written`` once the Write committed, before the Read (the loop's version
+        advances there). Raises ``TrainingLost`` if its devices died before the Write
+        committed, having gone back to its state before the step (the loop trains the
+        batch again)."""
         ...
 
     def state(self) -> dict[str, Any]:

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
+import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -109,7 +112,13 @@ class MeshController:
         self._writing: set[int] = set()     # devices whose training replica is Writing
         self.slots = [[self._spawn(d, k) for k in range(len(self.keys))] for d in range(n)]
         """The slot actors: ``slots[d][k]`` holds ``keys[k]`` on device d."""
-        self.describe_all()  # waits for every constructor, so spawn time is measured whole
+        # waits for every constructor, so spawn time is measured whole
+        self._where: dict[tuple[int, int], tuple[str, int]] = {}
+        """(device, proc) -> (hostname, pid), for ``kill``: taken at spawn, since a proc
+        stuck in a collective answers no call."""
+        for d, desc in enumerate(self.describe_all()):
+            for k, pid in enumerate(desc["pids"]):
+                self._where[(d, k)] = (desc["hostnames"][k], pid)
         self.spawn_s = time.perf_counter() - t
         self.device_map = DeviceMap(alloc.device_host, clock=clock)
         self.shifter = Shifter(self.device_map, self)
@@ -258,6 +267,7 @@ class MeshController:
         held = [p for p in parts if p["role"] is not None]
         out = dict(held[0] if held else parts[self._active[device]])
         out["pids"] = [p["pid"] for p in parts]
+        out["hostnames"] = [p["hostname"] for p in parts]
         out["build_s"] = max(p["build_s"] for p in parts)
         for k in ("context_ids", "contexts"):
             out[k] = {r: v for p in parts for r, v in p[k].items()}
@@ -310,8 +320,8 @@ class MeshController:
         for name, msg in faults:
             for d in range(len(self.slots)):
                 for k in range(len(self.keys)):
-                    if name.split("-")[0] != self._name(d, k):
-                        continue
+                    if name.split("-")[0] != self._name(d, k) or (d, k) in self._dead_procs:
+                        continue   # not this proc, or taken already (``kill``)
                     self._dead_procs.add((d, k))
                     if d not in hit:
                         hit.append(d)
@@ -321,6 +331,37 @@ class MeshController:
             log.error("slot processes of devices %s died", hit)
             self._release_writes(hit)
         return tuple(hit)
+
+    def can_kill(self, devices: Sequence[int]) -> bool:
+        """Whether ``kill`` reaches every live proc of ``devices``: they run on this
+        host (a proc of another host would need its host's agent)."""
+        here = socket.gethostname()
+        return all(self._where[(d, k)][0] == here for d in devices
+                   for k in range(len(self.keys)) if (d, k) not in self._dead_procs)
+
+    def kill(self, devices: Sequence[int]) -> None:
+        """SIGKILLs every live proc of ``devices`` and takes them as supervision's report
+        would (``poll_faults``): dead, LOST, their half-written GPS versions discarded;
+        calls to them fail at once. For the surviving ranks of a replica of several
+        devices whose other rank died: they may wait in its collective forever, so the
+        replica is replaced whole. Supervision's own later report of them is ignored."""
+        if not self.can_kill(devices):
+            raise StateError(f"kill: slots {list(devices)} have procs on another host")
+        for d in devices:
+            for k in range(len(self.keys)):
+                if (d, k) in self._dead_procs:
+                    continue
+                try:
+                    os.kill(self._where[(d, k)][1], signal.SIGKILL)
+                except ProcessLookupError:
+                    pass   # it died on its own meanwhile
+                with self._lock:
+                    self._dead_names.add(self._name(d, k))
+                self._dead_procs.add((d, k))
+            self.dead.add(d)
+            self.device_map.mark_lost((d,), "killed: another rank of its replica died")
+        log.error("killed the slot processes of devices %s", list(devices))
+        self._release_writes(list(devices))
 
     def _release_writes(self, devices: list[int]) -> None:
         """A dead slot's half-written GPS versions are discarded now, not when their
@@ -412,8 +453,10 @@ class MeshController:
                     self._dead_procs.discard((d, k))
                 else:
                     futs.append(self.slots[d][k].reset.call_one())
-            for f in futs:
-                f.get(timeout=self.timeout)
+            for k, f in enumerate(futs):
+                desc = f.get(timeout=self.timeout)
+                if isinstance(desc, dict) and "pid" in desc:   # a spawned proc's describe
+                    self._where[(d, k)] = (desc["hostname"], desc["pid"])
             self.dead.discard(d)
             secs = max(secs, time.perf_counter() - t)
         return secs

@@ -55,10 +55,15 @@ class Pending:
         return SlotProcessDied(f"{self.what}: its process died (supervision); the call's "
                                f"answer will never come")
 
-    def get(self) -> Any:
+    def get(self, within: float | None = None) -> Any:
+        """The call's answer; ``within``: wait at most that long (less than the call's
+        timeout; TimeoutError after it)."""
         if self.died is None:
-            return self.fut.get(timeout=self.timeout)
+            t = self.timeout if within is None else min(within, self.timeout or math.inf)
+            return self.fut.get(timeout=t)
         deadline = self._deadline()
+        if within is not None:
+            deadline = min(deadline, time.monotonic() + within)
         while True:
             if self.died():
                 raise self._dead()

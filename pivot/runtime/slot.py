@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -192,6 +193,7 @@ class SlotActor(Actor):
     def describe(self) -> dict[str, Any]:
         """What the slot holds now: role, replica, pid, and each context's residency."""
         return {"device": self.device, "host": self.host, "pid": os.getpid(),
+                "hostname": socket.gethostname(),
                 "role": self.active, "replica_id": self.replica_id, "build_s": self.build_s,
                 "failed_shift": self.failed_shift,
                 "env": {k: os.environ.get(k) for k in self.env},

@@ -2,7 +2,7 @@
 ``FakeEngine`` advances its sequences one token per ``step`` and ``FakeCtl`` routes the
 fleet's slot calls to them over a real ``DeviceMap``, so the fleet, the schedulers, the
 executor and the fault handling run their real code without vLLM or Monarch. A slot can
-be killed: its calls raise ``SlotProcessDied`` and supervision reports it at the next
+die: its calls raise ``SlotProcessDied`` and supervision reports it at the next
 ``poll_faults``, as ``MeshController`` does."""
 
 from __future__ import annotations
@@ -71,13 +71,14 @@ class FakeCtl:
         self.dead: set[int] = set()
         self.reported: list[int] = []
         self.die_on: dict[int, str] = {}
+        self.killed: list[int] = []
 
     def invoke(self, device, method, **kwargs):
         if self.die_on.get(device) == method:
             del self.die_on[device]
             self._die(device)
         if device in self.dead:
-            raise SlotProcessDied(f"slot {device} died (FakeCtl.kill)")
+            raise SlotProcessDied(f"slot {device} died (FakeCtl.die)")
         return getattr(self.engines[device], method)(**kwargs)
 
     def invoke_start(self, device, method, **kwargs):
@@ -93,15 +94,28 @@ class FakeCtl:
         return out
 
     # ---- supervision (``MeshController``'s fault calls) --------------------------
-    def kill(self, device: int, when: str | None = None) -> None:
+    def die(self, device: int, when: str | None = None) -> None:
         """The slot's process dies now, or at its next call of method ``when``."""
         if when is None:
             self._die(device)
         else:
             self.die_on[device] = when
 
+    def can_kill(self, devices) -> bool:
+        return True
+
+    def kill(self, devices) -> None:
+        """``MeshController.kill``: the slots die at the controller's hand, taken as
+        reported (LOST now; no report follows)."""
+        self.killed += list(devices)
+        for d in devices:
+            self.dead.add(d)
+            self.engines[d] = FakeEngine()   # what the process held is gone with it
+            self.device_map.mark_lost((d,), "killed (FakeCtl.kill)")
+
     def _die(self, device: int) -> None:
         self.dead.add(device)
+        self.engines[device] = FakeEngine()
         self.reported.append(device)
 
     @property
@@ -111,7 +125,7 @@ class FakeCtl:
     def poll_faults(self) -> tuple[int, ...]:
         hit, self.reported = tuple(self.reported), []
         for d in hit:
-            self.device_map.mark_lost((d,), "process died (FakeCtl.kill)")
+            self.device_map.mark_lost((d,), "process died (FakeCtl.die)")
         return hit
 
     def replace(self, devices) -> None:

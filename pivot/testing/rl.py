@@ -102,7 +102,8 @@ class FakeTrainer:
         self.policy = hashlib.sha256(blob.encode()).hexdigest()
         return {"trainer/loss": 0.0}
 
-    def publish(self, version):
+    def publish(self, version, on_written=lambda: None):
+        on_written()
         return {"gps/write_s": 0.0}
 
     def state(self):

@@ -147,19 +147,66 @@ def test_a_slot_lost_while_publishing_takes_the_trainer_back_to_its_state_before
     slot = _TrainingSlot()
     control = SimpleNamespace(training_devices=lambda: (0,), publishes=0)
 
+    order = []
+
     async def refresh():
+        order.append("refresh")
         return 0.0
 
     fleet = SimpleNamespace(refresh_rollout_async=refresh)
     trainer = LocalTrainer(slot, fleet, control, None, 0)
     trainer.train_batch(None, 0)
-    asyncio.run(trainer.publish(1))
+    asyncio.run(trainer.publish(1, lambda: order.append("written")))
+    assert order == ["written", "refresh"]   # the loop advances before the Read
     trainer.train_batch(None, 1)
     assert trainer.optimizer == {"n": 2}
     slot.die_in_write = True
     with pytest.raises(TrainingLost, match="publishing version 2"):
-        asyncio.run(trainer.publish(2))
+        asyncio.run(trainer.publish(2, lambda: order.append("written")))
+    assert order == ["written", "refresh"]   # neither after a Write that did not commit
     assert trainer.optimizer == {"n": 1} and control.publishes == 1
     trainer.train_batch(None, 1)                      # on the replaced slot
     asyncio.run(trainer.publish(2))
     assert slot.sent == [("reset", 0), ("set", 1)] and trainer.optimizer == {"n": 2}
+
+
+class _Call:
+    """A started slot call: answers ``value``, raises ``error``, or never answers."""
+
+    def __init__(self, value=None, error=None):
+        self.value, self.error = value, error
+
+    def get(self, within=None):
+        if self.error is not None:
+            raise self.error
+        if self.value is None:   # hangs: only a bounded wait returns
+            if within is None:
+                raise AssertionError("waited without a bound on a call that never answers")
+            raise TimeoutError("no answer")
+        return self.value
+
+
+def _trainer_over(calls):
+    from pivot.local.control import LocalTrainer
+
+    ctl = SimpleNamespace(invoke_start=lambda d, method, **kw: calls[d])
+    return LocalTrainer(ctl, None, SimpleNamespace(), None, 0)
+
+
+def test_a_rank_that_died_is_what_a_replica_call_raises_not_the_other_ranks_error():
+    # rank 1's process died; rank 0's collective lost its peer and failed first
+    calls = [_Call(error=RuntimeError("gloo: connection closed by peer")),
+             _Call(error=SlotProcessDied("slot 3: its process died"))]
+    with pytest.raises(SlotProcessDied):
+        _trainer_over(calls)._all((0, 1), "train_step")
+
+
+def test_a_rank_error_is_raised_after_a_bounded_wait_for_a_rank_stuck_in_a_collective(
+        monkeypatch):
+    import pivot.local.control as control
+
+    monkeypatch.setattr(control, "RANK_GRACE_S", 0.01)
+    calls = [_Call(error=ValueError("bad batch")), _Call()]
+    with pytest.raises(ValueError, match="bad batch"):
+        _trainer_over(calls)._all((0, 1), "train_step")
+    assert _trainer_over([_Call(value=1), _Call(value=2)])._all((0, 1), "x") == [1, 2]

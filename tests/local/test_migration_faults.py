@@ -105,7 +105,8 @@ def where(r) -> dict[int, str | None]:
         if seq.replica_id is None:
             assert sid in sched.queue and not holders, (sid, holders)
         else:
-            assert holders == list(r.ctl.device_map.replica_devices(seq.replica_id)), \
+            # a replica of several slots is driven through its first (rank 0)
+            assert holders == list(r.ctl.device_map.replica_devices(seq.replica_id))[:1], \
                 (sid, seq.replica_id, holders)
         out[sid] = seq.replica_id
     return out
@@ -127,7 +128,7 @@ def test_a_source_or_destination_dying_in_a_shift_up_migration_loses_no_sequence
     r = setup((0,))
     plan = ShiftPlan(Role.ROLLOUT, (ShiftDown(None, None, (3,)),), ((3,),))
     victim = 0 if dies_on == "abort" else 3
-    r.ctl.kill(victim, when=dies_on)
+    r.ctl.die(victim, when=dies_on)
     report, faults = asyncio.run(run_plan(r, plan))
 
     assert report.error is None
@@ -154,7 +155,7 @@ def test_a_donor_dying_in_a_shift_down_migration_loses_no_sequence_and_the_plan_
     on_donor = set(r.scheds[Role.ROLLOUT].replicas[donor].running)
     assert on_donor
     plan = ShiftPlan(Role.REWARD, (ShiftDown(Role.ROLLOUT, donor, (2,)),), ((2,),))
-    r.ctl.kill(2, when="abort")
+    r.ctl.die(2, when="abort")
     report, faults = asyncio.run(run_plan(r, plan))
 
     assert report.error is None and report.up == [] and report.down == []
@@ -164,3 +165,41 @@ def test_a_donor_dying_in_a_shift_down_migration_loses_no_sequence_and_the_plan_
     assert faults.records[0]["devices"] == [2]
     # back from replacement into the role it held: rollout
     assert r.ctl.device_map.state(2).role is Role.ROLLOUT
+
+
+def test_one_rank_of_a_two_slot_replica_dying_takes_the_other_and_the_replica_returns_whole():
+    """A rollout replica on slots (2, 3), driven through its rank 0 (slot 2): slot 3
+    dies. Its rank 0 may wait in a collective for it forever, so slot 2 is killed too;
+    the replica's sequences resume on the other rollout replica, both slots are replaced
+    and come back as one two-slot rollout replica."""
+    r = setup((0,))
+    dm = r.ctl.device_map
+    dm.begin_shift_up((2, 3), Role.ROLLOUT, "tp")
+    dm.end_shift_up((2, 3))
+    sched = r.scheds[Role.ROLLOUT]
+    sched.add_replicas([ReplicaView("tp", Role.ROLLOUT, (2, 3), KV)])
+    acts = [a for sid in sorted(sched.replicas["ro0"].running)[:6]
+            for a in sched.move(sid, sched._index["ro0"], sched._index["tp"])]
+    r.fleet.apply(acts)
+    on_tp = set(sched.replicas["tp"].running)
+    assert len(on_tp) == 6 and all(s in r.ctl.engines[2].live for s in on_tp)
+
+    async def tick():
+        faults = SlotFaults(r.ctl, r.fleet, r.execute, wait_s=0.5)
+        r.ctl.die(3)
+        await faults.check()
+        rec, mid = dict(faults.records[0]), where(r)
+        for task, _, _ in list(faults._replacing.values()):
+            await task
+        await faults._return_replaced()
+        return faults, rec, mid
+
+    faults, rec, mid = asyncio.run(tick())
+    assert rec["devices"] == [3] and rec["killed"] == [2] and rec["requeued"] == 6
+    assert r.ctl.killed == [2]
+    assert {mid[s] for s in on_tp} == {"ro0"}
+    placed = where(r)
+    assert set(placed) == r.seq_ids
+    back = {rid: devs for rid, devs in dm.replicas(Role.ROLLOUT).items() if rid != "ro0"}
+    assert list(back.values()) == [(2, 3)] and not r.ctl.dead
+    assert faults.records[0]["returned_to"] == "rollout"

@@ -104,18 +104,22 @@ def test_a_killed_reward_slot_loses_no_sequence_and_is_replaced(stack, tmp_path)
 @pytest.mark.engine
 @pytest.mark.monarch
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["disaggregated_1_2_1", "pivotrl"])
+@pytest.mark.parametrize("name", ["disaggregated_1_2_1", "pivotrl", "disaggregated_1_1_2"])
 def test_a_killed_training_slot_loses_its_step_which_trains_again(name, stack, tmp_path):
     # the training slot dies as step 2 starts; the driver's AdamW state and GPS hold step
     # 1's, so the batch trains again once training is back: on the replaced slot in a
     # static split, wherever the planner puts it in PivotRL (the replaced slot then
-    # returns to the idle pool if training is up elsewhere)
+    # returns to the idle pool if training is up elsewhere). Training on 2 slots (1/1/2):
+    # rank 0 dies, rank 1 (maybe waiting in the step's all-reduce) is killed with it, and
+    # both come back as one replica
     killer = KillSlotMidRun(LocalChecker(slot_every=2), Role.TRAINING, after_steps=1)
     dep = LOCAL_DEPLOYMENTS[name] if name in LOCAL_DEPLOYMENTS else split_deployment(name)
     res = run_killed(stack, stack.group, dep, killer, 2, 3, tmp_path)
     k, deaths, c = killer.killed, res.extra["slot_deaths"], res.extra["checks"]
     assert k is not None and k["replica"].startswith("training")
     assert len(deaths) == 1 and deaths[0]["replicas"] == {k["replica"]: "training"}
+    width = 2 if name.endswith("_2") else 1
+    assert len(deaths[0]["killed"]) == width - 1
     assert deaths[0]["requeued"] == 0
     assert deaths[0]["returned_to"] in (("training",) if name != "pivotrl" else
                                         ("training", "idle", "idle (after the run)"))
@@ -123,5 +127,5 @@ def test_a_killed_training_slot_loses_its_step_which_trains_again(name, stack, t
     assert [m["step"] for m in res.steps] == [1, 2, 3]   # each batch trained once
     assert c["violations"] == 0, c["messages"]
     assert c["finished"] == 2 * 3 * 2 * stack.group.n
-    assert all(m["trainer/world_size"] == 1 for m in res.steps)
+    assert all(m["trainer/world_size"] == width for m in res.steps)
     assert k["pid"] not in stack.ctl.describe(k["device"])["pids"]

@@ -108,7 +108,7 @@ def test_training_stays_busy_until_its_weights_are_published():
     wf, tr, loop = make(3)
     seen = []
     publish = tr.publish
-    tr.publish = lambda v: (seen.append(loop.control.busy), publish(v))[1]
+    tr.publish = lambda v, w: (seen.append(loop.control.busy), publish(v, w))[1]
     loop.run()
     assert seen == [True] * 3
     assert loop.control.busy is False
@@ -177,12 +177,12 @@ def test_a_step_lost_while_publishing_trains_the_same_batch_again():
         before["policy"] = tr.policy
         return train(groups, version)
 
-    def publish_(version):
+    def publish_(version, on_written):
         if version == 2 and not lost:
             lost.append(wf.version)
             tr.policy = before["policy"]   # the step's weights died with the slot
             raise TrainingLost("slot 3: its process died mid-Write")
-        return publish(version)
+        return publish(version, on_written)
 
     tr.train, tr.publish = train_, publish_
     loop.run()

@@ -75,3 +75,14 @@ def test_a_slow_answer_of_a_live_process_survives_the_slices_and_the_timeout_hol
     late = Pending(Future("late", after_s=5.0), 0.3, lambda: False)
     with pytest.raises(TimeoutError):
         late.get() if form == "get" else asyncio.run(late.wait())
+
+
+def test_a_bounded_get_gives_up_within_its_bound_and_a_fast_answer_still_comes():
+    # LocalTrainer._all waits a bounded time for the other ranks once one rank failed
+    p = Pending(Future(), timeout=60.0, died=lambda: False, what="slot 1")
+    t = time.monotonic()
+    with pytest.raises(TimeoutError):
+        p.get(within=0.3)
+    assert time.monotonic() - t < 2.0
+    assert Pending(Future(7, after_s=0.1), 60.0, lambda: False).get(within=5.0) == 7
+    assert Pending(Future(8, after_s=0.1), 60.0).get(within=5.0) == 8   # unwatched
