@@ -158,13 +158,13 @@ class LocalChecker:
         return _tick
 
     def _wrap_apply(self, apply_steps: Callable) -> Callable:
-        def _apply(actions: Iterable[object]):
+        def _apply(actions: Iterable[object], *args: Any):
             actions = list(actions)
             seqs = self.port.sequences
             before = {a.seq_id: seqs[a.seq_id].num_aborts for a in actions
                       if isinstance(a, Abort) and a.seq_id in seqs}
             try:
-                return (yield from apply_steps(actions))
+                return (yield from apply_steps(actions, *args))
             finally:
                 self._after_aborts(before)
         return _apply
