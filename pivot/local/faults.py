@@ -21,12 +21,13 @@ half-written GPS versions). ``SlotFaults`` turns that into what the run needs:
 - a slot that dies inside a shift's migration loses no sequence either: the fleet tells
   the schedulers where each sequence really is (``Fleet.reconcile``) before the dead
   replica is lost, and the executor goes on without the lost devices;
-- one rank of a multi-device replica (TP, or training over several slots) takes the
-  replica's other ranks with it: they may wait in its collective forever, so their
-  processes are killed (``MeshController.kill``) and the replica is lost, replaced and
-  returned whole. Where a surviving rank runs on another host (no kill by pid), the run
-  stops with a ``SlotDied`` error naming it and resumes from its last checkpoint
-  (``LocalDriver.resume``), as after any crash.
+- one rank of a training replica over several slots takes the replica's other ranks
+  with it: they may wait in its collective forever, so their processes are killed
+  (``MeshController.kill``) and the replica is lost, replaced and returned whole. One
+  rank of a TP / EP inference replica, or a surviving rank on another host (no kill by
+  pid), stops the run with a ``SlotDied`` error naming it (a TP block's ranks
+  rendezvous when their engines start, and a block re-spawned mid-run hung there); the
+  run resumes from its last checkpoint (``LocalDriver.resume``), as after any crash.
 
 A fleet operation that meets the dead slot before the tick does (a poll's call to it
 fails) asks ``after_error`` whether a slot died; it waits up to ``wait_s`` for
@@ -141,6 +142,13 @@ class SlotFaults:
         for rid, (role, devs) in lost.items():
             rec["replicas"][rid] = role.value
             survivors = [d for d in devs if d not in dead]
+            if survivors and role is not Role.TRAINING:
+                # a TP / EP engine's ranks rendezvous when their engines start: a block
+                # re-spawned mid-run hung there (tests/local/test_slot_faults.py, opt-in)
+                raise SlotDied(f"slot(s) {list(dead)} died holding one rank of the "
+                               f"{len(devs)}-device {role.value} replica {rid}: its engines "
+                               f"cannot be replaced mid-run, so the run stops; resume it "
+                               f"from its last checkpoint (LocalDriver.resume = True)")
             if survivors and not self.ctl.can_kill(survivors):
                 raise SlotDied(f"slot(s) {list(dead)} died holding one rank of the "
                                f"{len(devs)}-device {role.value} replica {rid}, whose other "

@@ -129,3 +129,4 @@ def test_a_killed_training_slot_loses_its_step_which_trains_again(name, stack, t
     assert c["finished"] == 2 * 3 * 2 * stack.group.n
     assert all(m["trainer/world_size"] == width for m in res.steps)
     assert k["pid"] not in stack.ctl.describe(k["device"])["pids"]
+
