@@ -128,7 +128,15 @@ class FollowerLoop:
 
     def _run(self) -> None:
         while True:
-            op, args = broadcast_from(None, self.group)
+            try:
+                op, args = broadcast_from(None, self.group)
+            except RuntimeError as e:
+                # rank 0's process is gone (its replica stopped, or it died): nothing
+                # will be broadcast again, so this rank stops following
+                log.warning("follower: the replica's group closed (%s); stopping",
+                            str(e).splitlines()[0][:200])
+                self.failed.append(f"group closed: {e}")
+                return
             if op == _STOP:
                 return
             with self.lock:
