@@ -32,10 +32,10 @@ from pivot.types import INFERENCE_ROLES, POLICY, Role, TrainingLoad
 log = logging.getLogger(__name__)
 
 SLOT_STAGES = ("shift_down", "shift_up")
+"""The executor's stages whose failure leaves only devices LOST (``ShiftExecutor``)."""
 RANK_GRACE_S = 20.0
 """After one rank of a replica failed, how long the others' calls may take to answer or
 be reported dead (supervision reports a SIGKILLed process in about 8 s here)."""
-"""The executor's stages whose failure leaves only devices LOST (``ShiftExecutor``)."""
 
 
 class LocalControl:
@@ -255,7 +255,7 @@ class LocalTrainer:
         self.run_id = uuid.uuid4().hex[:8]   # tags this run's AdamW state in the slots
         self._restore_opt: dict | None = None
         self._fresh = True   # a reused slot keeps the last run's AdamW state: clear it
-        self._before_step: tuple = (None, True, None)
+        self._before_step = (self.optimizer, self._fresh, self._restore_opt)
         self.optimizer_moves = 0
 
     def ready(self) -> bool:

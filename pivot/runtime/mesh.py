@@ -112,10 +112,10 @@ class MeshController:
         self._writing: set[int] = set()     # devices whose training replica is Writing
         self.slots = [[self._spawn(d, k) for k in range(len(self.keys))] for d in range(n)]
         """The slot actors: ``slots[d][k]`` holds ``keys[k]`` on device d."""
-        # waits for every constructor, so spawn time is measured whole
         self._where: dict[tuple[int, int], tuple[str, int]] = {}
         """(device, proc) -> (hostname, pid), for ``kill``: taken at spawn, since a proc
         stuck in a collective answers no call."""
+        # describe_all waits for every constructor, so spawn time is measured whole
         for d, desc in enumerate(self.describe_all()):
             for k, pid in enumerate(desc["pids"]):
                 self._where[(d, k)] = (desc["hostnames"][k], pid)
@@ -325,12 +325,16 @@ class MeshController:
                     self._dead_procs.add((d, k))
                     if d not in hit:
                         hit.append(d)
-                        self.dead.add(d)
-                        self.device_map.mark_lost((d,), f"process died: {msg[:160]}")
+                        self._lose(d, f"process died: {msg[:160]}")
         if hit:
             log.error("slot processes of devices %s died", hit)
             self._release_writes(hit)
         return tuple(hit)
+
+    def _lose(self, device: int, reason: str) -> None:
+        """A device with a dead proc: dead until replaced, LOST in the device map."""
+        self.dead.add(device)
+        self.device_map.mark_lost((device,), reason)
 
     def can_kill(self, devices: Sequence[int]) -> bool:
         """Whether ``kill`` reaches every live proc of ``devices``: they run on this
@@ -358,8 +362,7 @@ class MeshController:
                 with self._lock:
                     self._dead_names.add(self._name(d, k))
                 self._dead_procs.add((d, k))
-            self.dead.add(d)
-            self.device_map.mark_lost((d,), "killed: another rank of its replica died")
+            self._lose(d, "killed: another rank of its replica died")
         log.error("killed the slot processes of devices %s", list(devices))
         self._release_writes(list(devices))
 
