@@ -154,8 +154,12 @@ def measure(summary: dict, utilization: dict) -> dict:
 
 def main() -> None:
     path, src, _, suffix = load_summary(__doc__)
-    util = json.loads((ROOT / f"results/local/utilization{suffix}.json").read_text())
-    out = {"source": path, **measure(src, util)}
+    util_f = ROOT / f"results/local/utilization{suffix}.json"
+    if not util_f.is_file():
+        raise SystemExit(f"local_bound.py: {util_f.relative_to(ROOT)} is missing; the bound "
+                         f"reads each deployment's busy inference slot-time from it: run "
+                         f"`.venv/bin/python analysis/local_utilization.py {path}` first")
+    out = {"source": path, **measure(src, json.loads(util_f.read_text()))}
     (ROOT / f"results/local/bound{suffix}.json").write_text(json.dumps(out, indent=1))
     b = out["bound"]
     mix = ", ".join(f"{share:.0%} of steps on {k}" for k, share in b["mix"].items())
