@@ -119,6 +119,8 @@ def summarize(res: dict) -> dict:
             "trainer_step_s": [m.get("trainer/step_s") for m in steps],
             "gps_write_s": [m.get("gps/write_s") for m in steps],
             "rollout_refresh_s": [m.get("gps/rollout_refresh_s") for m in steps],
+            "control_cpu_s": [m.get("control_cpu_s") for m in steps],
+            "slot_cpu_s": [sum(m.get("cpu_s", {}).values()) for m in steps],
             "val_acc": [m.get("val/accuracy_at_1") for m in steps],
             "lengths_fed": res.get("lengths_fed"), "migration": res["migration"],
             "lengths": res.get("lengths")}

@@ -353,6 +353,9 @@ class LocalDriver:
                 m["val/accuracy_at_1"] = await asyncio.to_thread(validate)
                 m["val/seconds"] = time.perf_counter() - t
             m["cpu_s"] = self.shares.usage_s()
+            # The driver process's own CPU (loop, planner, schedulers, migrations, GPS
+            # client): on the CPU testbed it runs outside the slots' quotas, on their cores.
+            m["control_cpu_s"] = time.process_time() - cpu_at_start
             # the allocation trace's clock (time since the control plane was built)
             m["trace_time_s"] = self.control.clock() - self.control.t0
             _wandb_log(m)
@@ -384,6 +387,7 @@ class LocalDriver:
         self._provision(allocation)
         startup = time.perf_counter() - t0
         log.info("start-up %.1f s; running %s for %d steps", startup, self.dep.name, self.steps)
+        cpu_at_start = time.process_time()
         try:
             hist = loop.run()
         except BaseException as err:
@@ -412,6 +416,7 @@ class LocalDriver:
                            "planner_mean_s": (sum(self.control.planner_s) /
                                               max(len(self.control.planner_s), 1)),
                            "cpu_share": self.cpu_share, "policy_dir": self.policy_dir,
+                           "control_cpu_s": time.process_time() - cpu_at_start,
                            "data_order": loop.data_order,
                            "lengths": length_report(hist)})
         if checks is not None:
