@@ -12,7 +12,7 @@ results/sim/compare_paper.json and the markdown tables results/sim/compare_paper
   group beside the paper's (``PAPER_FIG9``, read off fig. 9's bar labels), and the same
   runs measured past the pipeline fill (from the end of step ``staleness``,
   ``pivot.sim.metrics.window_throughput``) where they carry per-step tokens;
-- the pipeline-fill check (launchers/experiments/steady.py) where it was run;
+- the pipeline-fill check (experiments/steady.py) where it was run;
 - fig. 11: strategies and components over disaggregated and their order beside the paper's
   (sec. 8.4; the first setting is Qwen2.5-7B & Qwen3-30B-A3B, as fig. 11's panel titles
   and PivotRL's 1.95x / 1.61x, fig. 9's speedups over disaggregated of those groups, say);

@@ -92,9 +92,9 @@ def step_bound(devices: int, inference_slot_s: float, train_s: dict[int, float])
 def training_slots(deployment: str, devices: int, default: int) -> int:
     """Slots a deployment of ``local_experiments.py`` trains on, from the ``Deployment``
     its name stands for (``deployment_of``): all for ``training_devices = -1``
-    (colocated), the group's ``default`` (``LocalGroup.training_devices``) for 0, else
+    (colocated), the group's ``default`` (``ClusterGroup.training_devices``) for 0, else
     its own count."""
-    from launchers.local_experiments import deployment_of
+    from experiments.local import deployment_of
 
     td = deployment_of(deployment).training_devices
     return devices if td == -1 else (td or default)
@@ -111,8 +111,8 @@ def _gin_int(params: list[str], name: str, default: int) -> int:
 def measure(summary: dict, utilization: dict) -> dict:
     """The bound for one throughput summary, with each deployment's distance from it."""
     params = summary.get("gin_params") or []
-    devices = _gin_int(params, "LocalGroup.devices", 4)
-    default_k = _gin_int(params, "LocalGroup.training_devices", 1)
+    devices = _gin_int(params, "ClusterGroup.devices", 4)
+    default_k = _gin_int(params, "ClusterGroup.training_devices", 1)
     util = utilization["mean_over_seeds"]
     per: dict[str, dict] = {}
     for run in summary["runs"]:

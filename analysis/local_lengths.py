@@ -25,7 +25,7 @@ def lengths_of(tag: str, row: dict) -> dict:
     if row.get("lengths"):
         return row["lengths"]
     sys.path.insert(0, str(ROOT))
-    from launchers.local_experiments import run_result
+    from experiments.local import run_result
     return run_result(tag, row)["lengths"]
 
 

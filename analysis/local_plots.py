@@ -1,4 +1,4 @@
-"""Plots of the local driver's measurements (results/local/<what>.json -> .png).
+"""Plots of the cluster driver's measurements (results/local/<what>.json -> .png).
 
     python analysis/local_plots.py throughput|convergence|trace|overheads|sensitivity
 """

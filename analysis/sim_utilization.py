@@ -16,7 +16,7 @@ The allocation and per-role busy devices are sampled at every planner tick and e
 
     python analysis/sim_utilization.py results/sim/fig10_p512n16.json [...]
 
-Reads runs that kept their trace (fig. 10's runs; ``launchers/experiments/simrun`` jobs
+Reads runs that kept their trace (fig. 10's runs; ``experiments/simrun`` jobs
 with trace=True) and writes ``<input>_utilization.json`` beside each input.
 """
 

@@ -14,12 +14,12 @@ b. A GRPO step and a shift (sec. 5.2, 8.1): the Qwen2 trainer model at Qwen2.5-0
    memory (``HostStash``) and back; ``torch.cuda.mem_get_info`` before and after says
    how much device memory was really returned; everything must come back bit-exact, and
    the next step must give the same loss as the same step with no offload.
-c. The product's trainer (``pivot.roles.trainer.Trainer``, ``launchers/gpu_check_trainer.py``):
+c. The product's trainer (``pivot.roles.trainer.Trainer``, ``pivot/gpu_check/trainer.py``):
    bf16, built on the meta device, filled by rows from a safetensors checkpoint, a GRPO
    step, a shift down (offload + release) with the device memory returned and a shift up
    whose log-probs equal the checkpoint's bit for bit. Skipped where torchtitan does not
    import.
-d. The product's GPS path (``launchers/gpu_check_gps.py``): its client and host-local
+d. The product's GPS path (``pivot/gpu_check/gps.py``): its client and host-local
    transport Write device parameters into a ``/dev/shm`` arena and Read them back into
    preallocated device parameters at Qwen2.5-1.5B and 7B shapes, each arena registered
    with the CUDA driver once (``pivot.gps.pinned``); GB/s against part a's kind of peak,
@@ -59,80 +59,14 @@ if __package__ in (None, "") and str(REPO) not in sys.path:
 
 import torch  # noqa: E402
 
-from pivot.roles.titan.qwen2_config import QWEN2_5_0_5B, QWEN2_5_1_5B, QWEN2_5_7B, Qwen2Shape  # noqa: E402,E501
+from pivot.gpu_check.common import (GiB, Setup, _gbps, _size, peak_h2d,  # noqa: E402
+                                    timed)
+from pivot.roles.titan.qwen2_config import Qwen2Shape  # noqa: E402
 
 logger = logging.getLogger("gpu_check")
 
-TINY = {"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128,
-        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "vocab_size": 512, "max_position_embeddings": 256, "rope_theta": 1e6,
-        "tie_word_embeddings": True, "use_sliding_window": False}
-"""The dry run's stand-in for every model (a tiny tied Qwen2)."""
-
-GiB = 1 << 30
-
-
-class Setup:
-    """Where the check runs: a CUDA device with pinned host memory, or the CPU dry run."""
-
-    def __init__(self, dry_run: bool) -> None:
-        self.dry_run = dry_run
-        self.device = torch.device("cpu" if dry_run else "cuda")
-        self.pinned = not dry_run
-        self.models = ({"tiny": TINY} if dry_run else
-                       {"Qwen2.5-1.5B": dict(QWEN2_5_1_5B), "Qwen2.5-7B": dict(QWEN2_5_7B)})
-        self.step_model = ("tiny", TINY) if dry_run else ("Qwen2.5-0.5B", dict(QWEN2_5_0_5B))
-        self.peak_bytes = (8 << 20) if dry_run else GiB
-        self.batch = (4, 32, 8) if dry_run else (8, 512, 128)  # rows, length, prompt
-
-    def sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize()
-
-    def free_bytes(self) -> int | None:
-        """Free device memory (``cudaMemGetInfo``) after returning cached blocks; None on
-        the CPU."""
-        gc.collect()
-        if self.device.type != "cuda":
-            return None
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-        return int(torch.cuda.mem_get_info()[0])
-
-
-def timed(setup: Setup, fn, repeats: int) -> list[float]:
-    out = []
-    for _ in range(repeats):
-        setup.sync()
-        t0 = time.perf_counter()
-        fn()
-        setup.sync()
-        out.append(time.perf_counter() - t0)
-    return out
-
-
-def _size(nbytes: float) -> str:
-    return f"{nbytes / 1e9:.2f} GB" if abs(nbytes) >= 1e8 else f"{nbytes / 1e6:.2f} MB"
-
-
-def _gbps(nbytes: int, seconds: list[float]) -> dict[str, float]:
-    s = sorted(seconds)
-    return {"best_gbps": nbytes / s[0] / 1e9, "median_gbps": nbytes / s[len(s) // 2] / 1e9,
-            "seconds": s}
-
 
 # ---------------------------------------------------------------- a. Read bandwidth
-def peak_h2d(setup: Setup, repeats: int) -> dict:
-    """One plain copy of ``peak_bytes`` from (pinned) host memory to the device."""
-    src = torch.empty(setup.peak_bytes, dtype=torch.uint8, pin_memory=setup.pinned)
-    src.fill_(7)
-    dst = torch.empty(setup.peak_bytes, dtype=torch.uint8, device=setup.device)
-    t = timed(setup, partial(dst.copy_, src, non_blocking=setup.pinned), repeats + 1)[1:]
-    ok = bool(torch.equal(dst[-4096:].cpu(), src[-4096:]))
-    del src, dst
-    return {"bytes": setup.peak_bytes, **_gbps(setup.peak_bytes, t), "copied_right": ok}
-
-
 def _read(params: dict, arena: torch.Tensor, slices: dict, non_blocking: bool) -> None:
     """The Read: one copy per parameter from its slice of the arena."""
     for n, p in params.items():
@@ -487,19 +421,19 @@ def run(setup: Setup, args: argparse.Namespace) -> int:
         section(res, "grpo_shift", grpo_shift, setup, args.model)
         out.write_text(json.dumps(res, indent=1, default=str))
     if args.only in (None, "trainer"):
-        from launchers.gpu_check_trainer import trainer_check, trainer_checks
+        from pivot.gpu_check.trainer import trainer_check, trainer_checks
 
         section(res, "trainer", trainer_check, setup, grpo_batch)
         out.write_text(json.dumps(res, indent=1, default=str))
     if args.only in (None, "gps"):
-        from launchers.gpu_check_gps import gps_check
+        from pivot.gpu_check.gps import gps_check
 
         section(res, "gps", gps_check, setup, args.repeats)
     res["checks"] = checks(res)
     if "trainer" in res:
         res["checks"].update(trainer_checks(res["trainer"]))
     if "gps" in res:
-        from launchers.gpu_check_gps import gps_checks
+        from pivot.gpu_check.gps import gps_checks
 
         res["checks"].update(gps_checks(res["gps"], on_gpu=not setup.dry_run))
     res["passed"] = all(res["checks"].values())

@@ -6,10 +6,10 @@
         --gin_param SimDriver.seed=1
 
 The driver is whatever ``run.driver`` binds. With no --gin it runs ``gin/tiny_cpu.gin``: the
-``local`` driver, real RL post-training with resource shifting on this machine's CPU (tiny
+``cluster`` driver, real RL post-training with resource shifting on this machine's CPU (tiny
 models built on first use). The paper's model groups (``gin/qwen*.gin``) bind the ``sim``
 driver. Results go to ``runs/<name>/`` (result.json, operative_config.gin, run.log with
-every library's log, metrics and checkpoints for the local driver) and to wandb (offline by
+every library's log, metrics and checkpoints for the cluster driver) and to wandb (offline by
 default). The console shows the driver, the models, the run folder, a progress bar and a
 summary; ``--verbose`` shows every log as well.
 """
@@ -26,7 +26,7 @@ from pivot.config import gin_setup
 from pivot.errors import ConfigError
 from pivot.paths import REPO_ROOT
 
-DEFAULT_GIN = ["gin/tiny_cpu.gin"]   # the local driver: real RL on this CPU
+DEFAULT_GIN = ["gin/tiny_cpu.gin"]   # the cluster driver: real RL on this CPU
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--gin", action="append", default=None,
                    help="gin file (repeatable; later files override). Default: "
-                        "gin/tiny_cpu.gin, the local driver with real engines on this CPU")
+                        "gin/tiny_cpu.gin, the cluster driver with real engines on this CPU")
     p.add_argument("--gin_param", action="append", default=[],
                    help="a binding such as 'SimDriver.seed = 1' (repeatable)")
     p.add_argument("--run_dir", default=None, help="output folder (default runs/<name>)")

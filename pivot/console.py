@@ -21,8 +21,8 @@ from typing import Any, TextIO
 
 log = logging.getLogger("pivot.launch")
 
-CONSOLE_INFO = ("pivot.launch", "pivot.local.group", "pivot.local.stack",
-                "pivot.local.driver", "pivot.models.build")
+CONSOLE_INFO = ("pivot.launch", "pivot.cluster.group", "pivot.cluster.stack",
+                "pivot.cluster.driver", "pivot.models.build")
 """Loggers whose INFO lines reach the console (which driver, the model build, engine
 start-up, where the run folder is); other loggers reach it from WARNING on, and only
 ``pivot``'s: a library's warnings go to run.log."""
@@ -167,7 +167,7 @@ def summary_rows(out: dict[str, Any], run_dir: Path) -> list[tuple[str, Any]]:
     rows: list[tuple[str, Any]] = [("model group", out.get("group")),
                                    ("deployment", out.get("deployment"))]
     steps = out.get("steps")
-    if isinstance(steps, list):   # the local driver: real steps
+    if isinstance(steps, list):   # the cluster driver: real steps
         rows += [("steps", len(steps)),
                  ("throughput (tok/s, steps 2..N)", out.get("throughput")),
                  ("throughput incl. pipeline fill", out.get("throughput_run"))]
@@ -184,12 +184,12 @@ def summary_rows(out: dict[str, Any], run_dir: Path) -> list[tuple[str, Any]]:
                              f"{q['p50']:.0f} / {q['p99']:.0f} / {q['max']:.0f}"))
         rows += [("shifts", out.get("shifts")), ("start-up (s)", out.get("startup_s"))]
         failed = out.get("failed_shifts") or []
-        if failed:   # the run went on past them (LocalControl._survive)
+        if failed:   # the run went on past them (ClusterControl._survive)
             lost = sorted({d for f in failed for d in f["lost"]} -
                           {d for f in failed for d in f["restored"]})
             rows.append(("failed shifts (devices still lost)", f"{len(failed)} ({lost})"))
         deaths = out.get("slot_deaths") or []
-        if deaths:   # the run went on past them (pivot.local.faults)
+        if deaths:   # the run went on past them (pivot.cluster.faults)
             devs = sorted({d for x in deaths for d in x["devices"]})
             rows.append(("slot processes died (replaced)",
                          f"{len(deaths)} (slots {devs}, "

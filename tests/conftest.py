@@ -1,7 +1,7 @@
 """Fixtures shared across test folders: one tiny random Qwen3 and its engine config per
 test session (``tests/roles`` starts one vLLM engine on them, ``tests/reliability`` spawns
-generator actors from the config), and one ``LocalStack`` (``tests/local`` and
-``tests/reliability`` run the local driver on it).
+generator actors from the config), and one ``ClusterStack`` (``tests/local`` and
+``tests/reliability`` run the cluster driver on it).
 
 Session scope: the model is written once and every engine built from it starts once per
 session, never per test. Imports are lazy so folders that use none of this collect fast.
@@ -51,22 +51,22 @@ def engine_config(tiny_model):
 
 
 GROUP = dict(n=2, max_response_tokens=16, max_judge_tokens=16)
-"""The local group of the shared stack (``LocalGroup`` overrides): 2 responses per prompt,
+"""The local group of the shared stack (``ClusterGroup`` overrides): 2 responses per prompt,
 16-token responses and judgements, so a few RL steps take seconds."""
 
 
 @pytest.fixture(scope="session")
 def stack():
-    """One ``LocalStack`` (GPS, 4 device slots, one vLLM engine and one trainer context
+    """One ``ClusterStack`` (GPS, 4 device slots, one vLLM engine and one trainer context
     each) for the whole session: engines start once (about 50-80 s on 2 cores); each run
     resets the slots to idle and GPS to the initial weights, never restarting an engine."""
     from pivot.config.validation import default_of
-    from pivot.local.driver import LocalDriver
-    from pivot.local.group import LocalGroup
-    from pivot.local.stack import LocalStack
+    from pivot.cluster.driver import ClusterDriver
+    from pivot.cluster.group import ClusterGroup
+    from pivot.cluster.stack import ClusterStack
 
-    # the settings a LocalDriver built without them uses, so every test's driver fits it
-    s = LocalStack(LocalGroup(**GROUP), *(default_of(LocalDriver, k)
+    # the settings a ClusterDriver built without them uses, so every test's driver fits it
+    s = ClusterStack(ClusterGroup(**GROUP), *(default_of(ClusterDriver, k)
                                           for k in ("seed", "lr", "cpu_share"))).start()
     yield s
     s.close()

@@ -23,7 +23,7 @@ def test_session_sends_library_and_child_output_to_run_log(tmp_path, capfd):
     with console.session(tmp_path, verbose=False) as con:
         con.line("a line that matters")
         logging.getLogger("somelib.engine").info("engine start-up chatter")
-        logging.getLogger("pivot.local.stack").info("4 device slots up")
+        logging.getLogger("pivot.cluster.stack").info("4 device slots up")
         logging.getLogger("pivot.shifting.executor").info("shift to reward: 0.4 s")
         os.write(1, b"raw stdout of a library\n")
         os.write(2, b"raw stderr of a library\n")

@@ -1,7 +1,7 @@
 """A gloo process group beside the default one, and a device mesh over it (torch 2.13.0,
 CPU).
 
-The local driver's training slots are processes that also host vLLM engines, and vLLM
+The cluster driver's training slots are processes that also host vLLM engines, and vLLM
 initialises ``torch.distributed``'s default group in each of them with world size 1 (its
 own tensor-parallel world). The trainer's FSDP2 group across k slots must coexist with
 that, and change with the slots training holds (sec. 5.2: PivotRL shifts training as a

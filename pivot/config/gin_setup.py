@@ -21,18 +21,18 @@ def register() -> None:
     """Imports every module whose classes gin files may name."""
     import pivot.planner  # noqa: F401  (PivotPlanner, NoShiftPlanner, ...)
     import pivot.sim  # noqa: F401
-    import pivot.local.driver  # noqa: F401  (LocalDriver, LocalGroup, PromptStream, LoopConfig)
-    import pivot.local.model_groups  # noqa: F401  (cluster_group, cluster_stream)
+    import pivot.cluster.driver  # noqa: F401  (ClusterDriver, ClusterGroup, PromptStream, LoopConfig)
+    import pivot.cluster.model_groups  # noqa: F401  (cluster_group, cluster_stream)
     import pivot.runtime.backend  # noqa: F401  (Backend)
     import pivot.gps  # noqa: F401  (GPS settings: WriteLeaseConfig)
     import pivot.gps.hosts  # noqa: F401  (HostJob)
     import pivot.reliability.injectors  # noqa: F401  (forced_shift_planner)
-    import pivot.reliability.local_checks  # noqa: F401  (LocalChecker)
+    import pivot.reliability.cluster_checks  # noqa: F401  (ClusterChecker)
 
 
 @gin.configurable("run")
 def build_driver(driver=gin.REQUIRED):
-    """``run.driver = @SimDriver`` (or a later ``@LocalDriver``): the driver to build."""
+    """``run.driver = @SimDriver`` (or a later ``@ClusterDriver``): the driver to build."""
     return driver()
 
 

@@ -61,7 +61,7 @@ class LinkProfile:
 
     @classmethod
     def from_profile(cls, profile: Mapping[str, float]) -> "LinkProfile":
-        """From a one-off profile, e.g. the JSON ``launchers/bench_gps.py`` writes."""
+        """From a one-off profile, e.g. the JSON ``benchmarks/gps.py`` writes."""
         return cls(**{k: float(v) for k, v in profile.items() if k in cls.__slots__})
 
 

@@ -103,7 +103,7 @@ class Transport(abc.ABC):
 
 class LazyTransport(Transport):
     """Builds its transport on first use: a client whose links are all host-local (every
-    device slot of the local driver) never starts a remote agent and its threads."""
+    device slot of the cluster driver) never starts a remote agent and its threads."""
 
     def __init__(self, build: Callable[[], Transport]) -> None:
         self._build = build

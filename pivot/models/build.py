@@ -47,10 +47,10 @@ logger = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 POLICY_MAX_NEW_TOKENS = 128
-"""The RL run's response cap (``LocalGroup.max_response_tokens``): 10 worked steps take
+"""The RL run's response cap (``ClusterGroup.max_response_tokens``): 10 worked steps take
 about 95 tokens."""
 GENRM_MAX_NEW_TOKENS = 128
-"""The RL run's judgement cap (``LocalGroup.max_judge_tokens``): a check of 10 steps takes
+"""The RL run's judgement cap (``ClusterGroup.max_judge_tokens``): a check of 10 steps takes
 about 100 tokens."""
 CLASSES = {"qwen3": Qwen3ForCausalLM, "llama": LlamaForCausalLM}
 

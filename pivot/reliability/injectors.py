@@ -4,7 +4,7 @@
 plan (one replica of one inference role shifts down, idle and freed devices shift up into
 the other), so a run shifts far more often than the benefit rule would allow. Training
 shifts as the base planner's ``training_up`` says, and back down to the idle pool when idle.
-``forced_shift_planner`` builds one as a ``Deployment.planner`` (the local driver's forced
+``forced_shift_planner`` builds one as a ``Deployment.planner`` (the cluster driver's forced
 shifts, ``gin/local/forced_shifts.gin``).
 
 ``ReplicaKiller`` kills a random inference replica (its process "dies"): the scheduler's
@@ -40,13 +40,13 @@ class ForcedShiftPlanner(Planner):
             ``RoleLoad.replica_devices`` in the snapshot (the driver's own sizes). Given,
             a snapshot whose sizes differ is refused.
         devices_per_host: host size (a replica stays on one host); None: the snapshot's
-            largest host (the local driver's slots are all on one host).
+            largest host (the cluster driver's slots are all on one host).
         rng: randomness.
         min_replicas: a donor role keeps at least this many replicas.
         donate_p: probability that the donor role gives up a replica (when it can).
         feasible_only: when the drawn role could receive nothing (its donor is at
             ``min_replicas`` and no device is idle), shift the other way instead, so that
-            on a few devices nearly every tick shifts (the local driver's 4 slots); False
+            on a few devices nearly every tick shifts (the cluster driver's 4 slots); False
             keeps the draw (and the random stream) as it is.
         aligned_blocks: replicas go on aligned blocks of a host (``Planner.aligned_blocks``:
             TP engines fixed to their block at start).
@@ -180,7 +180,7 @@ def forced_shift_planner(rollout_model, reward_model, seed: int = 0,
                          aligned_blocks: bool = default_of(_FORCED, "aligned_blocks")
                          ) -> ForcedShiftPlanner:
     """A ``Deployment.planner`` factory (called as ``planner(rollout_model, reward_model)``)
-    of random forced shifts for the local driver (reliability issue, item 4):
+    of random forced shifts for the cluster driver (reliability issue, item 4):
     ``Deployment.planner = @forced_shift_planner`` (``gin/local/forced_shifts.gin``).
 
     Args:
@@ -189,10 +189,10 @@ def forced_shift_planner(rollout_model, reward_model, seed: int = 0,
         devices_per_host: host size; None: the device map's (every local slot).
         min_replicas: a donor role keeps at least this many replicas.
         donate_p / feasible_only: see ``ForcedShiftPlanner`` (its defaults, which make every
-            tick shift on the local driver's few slots: one replica flips role, at random).
+            tick shift on the cluster driver's few slots: one replica flips role, at random).
         aligned_blocks: see ``Planner.aligned_blocks`` (bound in ``gin/local/tp2.gin``).
 
-    Replica sizes are the driver's (``LocalGroup.policy_replica_devices`` and
+    Replica sizes are the driver's (``ClusterGroup.policy_replica_devices`` and
     ``genrm_replica_devices``), read from each snapshot.
     """
     name = "forced_shift_planner"
@@ -314,11 +314,11 @@ class FlakyBackend:
 
 
 class ReadFaultsAfterStart:
-    """Wraps a local run's observer (``LocalDriver.observer``, e.g. ``LocalChecker``): at
+    """Wraps a local run's observer (``ClusterDriver.observer``, e.g. ``ClusterChecker``): at
     the loop's first tick, once the initial placement (which must not fail) is done, it
     arms the next shift up to ``role`` of each slot of ``devices`` (None: every slot) to
     fail in its GPS Read (``SlotActor.inject_fault``). The run then meets as many failed
-    shift plans as slots shift up to ``role`` (``LocalControl._survive``)."""
+    shift plans as slots shift up to ``role`` (``ClusterControl._survive``)."""
 
     def __init__(self, inner, role: Role, devices: tuple[int, ...] | None = None):
         self.inner, self.role, self.devices, self.armed = inner, role, devices, False
@@ -351,11 +351,11 @@ class ReadFaultsAfterStart:
 
 
 class KillSlotMidRun:
-    """Wraps a local run's observer (``LocalDriver.observer``): after ``after_steps`` steps
+    """Wraps a local run's observer (``ClusterDriver.observer``): after ``after_steps`` steps
     it SIGKILLs a ``role`` slot's process, as a crashed host process would die: for an
     inference role at the first tick at which one of its replicas has sequences running
     (the one with the most), for training as its next step starts (the step's calls then
-    meet the dead slot). The run goes on (``pivot.local.faults``). Local procs only: the
+    meet the dead slot). The run goes on (``pivot.cluster.faults``). Local procs only: the
     process is killed by its pid."""
 
     def __init__(self, inner, role: Role, after_steps: int = 1):

@@ -68,7 +68,7 @@ class ControlState:
         training_devices: devices training holds.
         awaiting_migration: devices active in the map for an inference replica that its
             scheduler does not hold yet: a shift up whose migrate-up stage waits for the
-            fleet (the local driver's shifts run beside its polls). Not orphans.
+            fleet (the cluster driver's shifts run beside its polls). Not orphans.
     """
 
     schedulers: Mapping[Role, ShiftAwareScheduler]

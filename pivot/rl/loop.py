@@ -14,7 +14,7 @@ Four named coroutines share one ``RLWorkflow``::
               rollout replicas Read) -> checkpoint -> metrics
 
 The staleness bound is asserted at every release and every batch. A port method may be
-plain or a coroutine: the local driver's ports await their slot calls, so the event loop
+plain or a coroutine: the cluster driver's ports await their slot calls, so the event loop
 never blocks on one; the training step, which blocks for seconds, runs in a worker thread
 so the other loops keep polling meanwhile. Time comes from an injectable clock
 (``pivot.rl.clock``).
@@ -205,7 +205,7 @@ class RLLoop:
             await self._flush_checkpoint()
             if not self.trainer.ready():
                 # a shift that began while the checkpoint was written takes training's
-                # devices down: no step may start on them (LocalControl.training_leaving)
+                # devices down: no step may start on them (ClusterControl.training_leaving)
                 continue
             step = self.wf.version
             groups = self.wf.take_batch()

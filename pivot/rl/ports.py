@@ -1,5 +1,5 @@
 """What the RL loop needs from a driver: four small ports (docs/design.md "one control plane,
-three drivers"). The local driver implements them over vLLM engines in Monarch device
+three drivers"). The cluster driver implements them over vLLM engines in Monarch device
 slots and the torchtitan trainer; tests implement them in memory.
 """
 

@@ -1,9 +1,9 @@
 """The device backend of the real driver: what a device slot is (issue 15; docs/design.md).
 
-One driver (``pivot.local``) runs on two backends, chosen in gin by ``Backend.kind``:
+One driver (``pivot.cluster``) runs on two backends, chosen in gin by ``Backend.kind``:
 
 - ``cpu`` (the embedded default): a slot is a Monarch proc with a fixed CPU share (cgroup
-  v1 quota, ``pivot.local.cgroups``); vLLM's CPU worker in fp32 (bf16 has no oneDNN kernel
+  v1 quota, ``pivot.cluster.cpu.cgroups``); vLLM's CPU worker in fp32 (bf16 has no oneDNN kernel
   on this AVX2 machine, docs/stack.md) whose memory is released by
   ``pivot.roles.engine.sleep.CpuStorageMemory``; torch.distributed over gloo.
 - ``cuda``: a slot is one GPU of its host (the slot's proc binds ``cuda:<local index>``);
@@ -199,14 +199,14 @@ class Backend:
         cores = os.cpu_count() or 1
         per_host = -(-devices // self.hosts)
         if per_host > 4 * cores:
-            fail("LocalGroup.devices", devices,
+            fail("ClusterGroup.devices", devices,
                  f"{per_host} slots a host do not fit this machine's {cores} cores (at most "
                  f"{4 * cores} a host){src}; lower it")
         need = per_host * gb_per_slot
         if need > memory_budget_gb:
-            fail("LocalGroup.devices", devices,
+            fail("ClusterGroup.devices", devices,
                  f"{per_host} slots a host x {gb_per_slot:g} GB = {need:.1f} GB exceeds "
-                 f"LocalGroup.memory_budget_gb={memory_budget_gb:g}{src}; lower devices")
+                 f"ClusterGroup.memory_budget_gb={memory_budget_gb:g}{src}; lower devices")
 
 
 def fit_errors(devices: int, hosts: int, per_host: int,

@@ -4,7 +4,7 @@
 layout, and each slot builds its own ``GlobalParameterStorage`` client on first use, so a
 Read runs in the slot's proc (shared-memory copy from the host's store on the same host,
 Monarch or NIXL across hosts). ``layout`` None means one replicated copy per device
-(DP = number of devices, TP = PP = 1), which is every replica of the local driver.
+(DP = number of devices, TP = PP = 1), which is every replica of the cluster driver.
 
 A multi-device replica passes its layout P (:class:`TensorParallelReplicas`: TP = the
 replica's size) and each of its slots Reads ``only`` itself: it receives its own TP shard,

@@ -436,7 +436,7 @@ class MeshController:
 
     def replace(self, devices: tuple[int, ...]) -> float:
         """``recover``'s slot work without the device map change (the caller makes it on
-        its own thread: ``pivot.local.faults``). Returns the slowest slot's seconds."""
+        its own thread: ``pivot.cluster.faults``). Returns the slowest slot's seconds."""
         lost = set(self.device_map.devices_in(SlotKind.LOST))
         bad = [d for d in devices if d not in lost]
         if bad:

@@ -2,10 +2,10 @@
 (``get``) or on an event loop (``wait``).
 
 A Monarch call to an actor whose process died never answers: it waits out its timeout
-(15 minutes on the local driver's stack), although supervision reports the death in
+(15 minutes on the cluster driver's stack), although supervision reports the death in
 seconds (about 8 s after a SIGKILL here; ``MeshController._on_fault``). A call that knows
 its process (``died``) waits in short slices and raises ``SlotProcessDied`` as soon as
-that process is reported dead (``pivot.local.faults`` acts on it); a call made after
+that process is reported dead (``pivot.cluster.faults`` acts on it); a call made after
 Monarch knew raises Monarch's ``SupervisionError`` at once, turned into
 ``SlotProcessDied`` too. Monarch's ``Future.get(timeout)`` does not consume the future on
 a timeout, so slicing loses no result.

@@ -1,7 +1,7 @@
 """Provisioning: the one place that allocates procs and spawns actors on them (sec. 5).
 
 ``allocate`` returns one proc per device and each device's host. One host: procs of this
-host (the local driver). Several hosts: a Monarch job's host mesh, here ``ProcessJob``
+host (the cluster driver). Several hosts: a Monarch job's host mesh, here ``ProcessJob``
 (each host a local subprocess, the same host-mesh API a cluster allocator returns); a real
 cluster swaps in its job type at this one place and nothing else changes: the rest of the
 runtime sees only ``Allocation``.

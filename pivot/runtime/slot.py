@@ -45,7 +45,7 @@ class SlotActor(Actor):
         factories: one context factory per role this slot may take (picklable).
         torch_threads: intra-op threads of this proc (None: torch's default). One proc per
             device on a shared 2-core host: with 2 threads under load, copying 7 MB took
-            75 ms instead of 3.5 ms with 1 (launchers/bench_shift.py notes).
+            75 ms instead of 3.5 ms with 1 (benchmarks/shift.py notes).
         env: environment of this proc set before any context is built
             (``Backend.slot_env``: on ``cuda`` the one GPU this slot is).
     """

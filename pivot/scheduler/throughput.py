@@ -106,7 +106,7 @@ class ThroughputModel:
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"throughput profile {p} does not exist; run the profiling "
-                              f"command (launchers/profile_engine.py) or fix the path")
+                              f"command (benchmarks/profile_engine.py) or fix the path")
         try:
             data = json.loads(p.read_text())["model"]
             return cls(**{k: float(data[k]) for k in ("A", "B", "C", "D")})

@@ -151,7 +151,7 @@ class ShiftExecutor:
     replicas: ReplicaPort
     new_replica_id: Callable[[Role], str] = field(default_factory=counter_ids)
     before_migrate_up: Callable[[Role, list[ReplicaView]], Steps[None] | None] | None = None
-    """Called with the replicas that came up, before they get work (the local driver
+    """Called with the replicas that came up, before they get work (the cluster driver
     refreshes rollout replicas whose policy was published while they shifted up); it may
     return steps (``pivot.runtime.waits``), which are run blocking or awaited."""
 

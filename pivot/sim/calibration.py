@@ -14,7 +14,7 @@ since a sequence's KV cache grows linearly over its decode, with the prompt leng
 per-cached-token cost); the short ``lm-arena-chat`` rows pin B and C.
 
 H100 -> H20 (the scaling is a stated assumption, checked end to end by
-``launchers/calibrate.py`` against verl's step times):
+``benchmarks/calibrate.py`` against verl's step times):
 - A (KV-cache reads) and B (weight reads at small batch) are memory bound: x 3.35 / 4.0.
 - C (per-sequence FFN cost at large batch) is compute bound: x 989 / 148 (dense bf16 TFLOP/s).
 - D (the per-step floor): the fit puts the small-batch weight reads here (B fits to ~0), so

@@ -153,7 +153,7 @@ class TrainingProfile:
     colocated) and 113.2 s (64 fully async), the same floor in both trainers. The old
     log-prob pass (one forward, no optimizer steps) follows Amdahl's law (serial: the
     fraction that does not shrink with devices). ``mfu`` is the efficiency of one device
-    doing all the work. Fitted by ``launchers/calibrate.py`` to verl's DAPO 7B rows of each
+    doing all the work. Fitted by ``benchmarks/calibrate.py`` to verl's DAPO 7B rows of each
     trainer (``pivot.sim.calibrate.fit_floor`` / ``fit_amdahl``). That the floor and the
     serial part scale with FLOPs (rather than with the longest sequence) is an assumption:
     verl's rows train one model on one workload, so they cannot tell these apart.
@@ -236,7 +236,7 @@ class ShiftCost:
     training down offloads the same bytes over PCIe (``pcie_gbs``, 63 GB/s, sec. 5.1)
     plus ``training_down_s``. The effective bandwidths and fixed constants are fitted to
     the paper's fig. 12/13 overheads by ``pivot.sim.calibrate.fit_shift_cost``
-    (``launchers/calibrate.py``); 63 GB/s is the link's peak, not what a shift reaches.
+    (``benchmarks/calibrate.py``); 63 GB/s is the link's peak, not what a shift reaches.
 
     ``devices_per_host`` is not a binding of its own: a ``ModelGroup`` gives its shift
     cost the group's ``ModelGroup.devices_per_host`` (``on_hosts``); a standalone

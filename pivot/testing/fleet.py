@@ -1,4 +1,4 @@
-"""In-process stand-ins for the local driver's slots (tests only; see ``pivot.testing``):
+"""In-process stand-ins for the cluster driver's slots (tests only; see ``pivot.testing``):
 ``FakeEngine`` advances its sequences one token per ``step`` and ``FakeCtl`` routes the
 fleet's slot calls to them over a real ``DeviceMap``, so the fleet, the schedulers, the
 executor and the fault handling run their real code without vLLM or Monarch. A slot can

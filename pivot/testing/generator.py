@@ -2,10 +2,10 @@
 ``pivot.testing``).
 
 The product runs each engine inside a device slot: ``pivot.runtime.slot.SlotActor`` holds
-the slot's ``pivot.local.contexts.SlotGeneratorContext`` (a ``GeneratorContext``) and the
-local driver reaches it through ``pivot.local.fleet.SlotHandle``. The tests of the engine
+the slot's ``pivot.cluster.contexts.SlotGeneratorContext`` (a ``GeneratorContext``) and the
+cluster driver reaches it through ``pivot.cluster.fleet.SlotHandle``. The tests of the engine
 behind an actor boundary (tests/roles/test_generator_actor.py, a replica's process killed
-in tests/reliability/test_replica_kill.py) and ``launchers/bench_engine.py`` use a bare
+in tests/reliability/test_replica_kill.py) and ``benchmarks/engine.py`` use a bare
 actor per engine instead:
 
 - ``GeneratorActor``: a Monarch actor holding one in-process vLLM engine and its step

@@ -13,7 +13,7 @@ import torch
 from pivot.compat.vllm import remove_cpu_shm
 from pivot.gps.actor import GPSActor
 from pivot.gps.layout import ModelMeta, plan_storage
-from pivot.local.contexts import GeneratorFactory
+from pivot.cluster.contexts import GeneratorFactory
 from pivot.roles.engine.config import EngineConfig, read_hf_weights
 from pivot.roles.engine.requests import GenRequest, SampleSpec
 from pivot.runtime.gps_source import GPSParameterSource
@@ -51,7 +51,7 @@ def two_slot_mesh(name: str, model_dir: str, configs: Mapping[Role, EngineConfig
         ctl.stop()
         source.gps.close()
         gps.close.call_one().get()
-        remove_cpu_shm([p for ps in ports.values() for p in ps])   # as LocalStack.close
+        remove_cpu_shm([p for ps in ports.values() for p in ps])   # as ClusterStack.close
 
 
 def generate(ctl: MeshController, device: int, prompts: list[list[int]], *,

@@ -1,5 +1,5 @@
 """Runtime helpers for tests (see ``pivot.testing``): a service actor per host of a
-multi-host allocation. No driver runs a per-host service yet (the local driver's GPS is one
+multi-host allocation. No driver runs a per-host service yet (the cluster driver's GPS is one
 actor on this host, ``pivot.runtime.provision.spawn_host_service``)."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ benchmarks only; see ``pivot.testing``).
 ``InferenceContext`` and ``TrainingContext`` implement ``pivot.shifting.contexts.RoleContext``
 over plain tensors and a ``TinyMLP``, so the shift tables, the device slot and the mesh
 controller can be exercised without vLLM or torchtitan (the product contexts are
-``pivot.local.contexts``). ``InMemoryParameterSource`` is a ``ParameterSource`` holding every
+``pivot.cluster.contexts``). ``InMemoryParameterSource`` is a ``ParameterSource`` holding every
 model fully replicated in this process, standing in for the Global Parameter Storage.
 """
 

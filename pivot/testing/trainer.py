@@ -1,4 +1,4 @@
-"""The local driver's training context in a slot whose default process group is a world of
+"""The cluster driver's training context in a slot whose default process group is a world of
 one, as in a slot that hosts vLLM engines (vLLM initialises ``torch.distributed`` with its
 own world of 1 in the process): the trainer's gloo group must live beside it."""
 
@@ -14,7 +14,7 @@ def trainer_beside_world_of_one(model_dir: str, lr: float, max_seq_len: int, see
     leaves in the slot's process), for slot factories in tests."""
     import torch.distributed as dist
 
-    from pivot.local.contexts import SlotTrainerContext
+    from pivot.cluster.contexts import SlotTrainerContext
 
     if not dist.is_initialized():
         path = tempfile.NamedTemporaryFile(prefix="world1_", delete=False).name

@@ -318,7 +318,7 @@ def test_a_dead_replicas_segment_on_a_reused_port_is_removed_before_creation(
 
 
 def test_a_stacks_tp_segments_are_removed_by_their_ports_only(tmp_path):
-    # what LocalStack.close removes after its slots stopped: its TP blocks' segments
+    # what ClusterStack.close removes after its slots stopped: its TP blocks' segments
     # (4 MB a rank each); another stack's, and anything not vLLM's, stay
     mine = ["29507-tp:0-[0-1]-cpushm_0", "29507-tp:0-[0-1]-cpushm_1",
             "29508-tp:0-[0-1]-cpushm_0"]

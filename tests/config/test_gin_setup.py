@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pivot.config.gin_setup import driver_origin
 from pivot.console import driver_line
-from pivot.local.group import LocalGroup
+from pivot.cluster.group import ClusterGroup
 from pivot.runtime.backend import Backend
 
 
@@ -16,19 +16,19 @@ def test_the_binding_that_wins_is_found_through_includes_and_overrides(tmp_path)
     group = tmp_path / "group.gin"
     group.write_text(f"include '{base}'\nModelGroup.devices = 8\n")
     real = tmp_path / "real.gin"
-    real.write_text("# run.driver = @Nothing\nrun.driver = @LocalDriver\n")
+    real.write_text("# run.driver = @Nothing\nrun.driver = @ClusterDriver\n")
     assert driver_origin([str(group)], []) == ("@SimDriver", str(base))
-    assert driver_origin([str(group), str(real)], []) == ("@LocalDriver", str(real))
-    assert driver_origin([str(group)], ["run.driver = @LocalDriver"]) == (
-        "@LocalDriver", "--gin_param")
+    assert driver_origin([str(group), str(real)], []) == ("@ClusterDriver", str(real))
+    assert driver_origin([str(group)], ["run.driver = @ClusterDriver"]) == (
+        "@ClusterDriver", "--gin_param")
     assert driver_origin([str(tmp_path / "none.gin")], []) == ("?", "nowhere")
 
 
 def test_the_repository_files_say_which_driver_they_run():
     assert driver_origin(["gin/qwen7b_30b.gin"], []) == ("@SimDriver", "gin/base.gin")
-    assert driver_origin(["gin/tiny_cpu.gin"], []) == ("@LocalDriver", "gin/tiny_cpu.gin")
+    assert driver_origin(["gin/tiny_cpu.gin"], []) == ("@ClusterDriver", "gin/tiny_cpu.gin")
     assert driver_origin(["gin/qwen7b_30b.gin", "gin/backends/cuda.gin"], []) == (
-        "@LocalDriver", "gin/backends/cuda.gin")
+        "@ClusterDriver", "gin/backends/cuda.gin")
 
 
 class _Driver:
@@ -39,8 +39,8 @@ class _Driver:
 def test_the_console_line_names_driver_backend_and_origin():
     sim = driver_line(_Driver(object()), ("@SimDriver", "gin/base.gin"))
     assert sim.startswith("driver: sim") and "gin/base.gin" in sim
-    local = driver_line(_Driver(LocalGroup(random_if_missing=True, backend=Backend("cpu"))),
-                        ("@LocalDriver", "gin/tiny_cpu.gin"))
+    local = driver_line(_Driver(ClusterGroup(random_if_missing=True, backend=Backend("cpu"))),
+                        ("@ClusterDriver", "gin/tiny_cpu.gin"))
     assert local.startswith("driver: local on the cpu backend") and "4 CPU slots" in local
 
 

@@ -69,14 +69,14 @@ def test_bool_text_and_custom_checks():
 
 
 def test_default_of_reads_signatures_of_classes_dataclasses_and_gin_wrappers():
-    from pivot.local.driver import LocalDriver
+    from pivot.cluster.driver import ClusterDriver
     from pivot.planner import PivotPlanner
     from pivot.reliability.soak import SoakConfig
-    assert default_of(LocalDriver, "lr") == 1e-4
+    assert default_of(ClusterDriver, "lr") == 1e-4
     assert default_of(PivotPlanner, "H") == 60.0
     assert default_of(SoakConfig, "kill_rate") == SoakConfig.kill_rate
     with pytest.raises(TypeError, match="no default for 'group'"):
-        default_of(LocalDriver, "group")
+        default_of(ClusterDriver, "group")
 
 
 # ---------------------------------------------------------------- the configurables
@@ -98,8 +98,8 @@ def test_the_table_holds_a_case_for_every_validated_configurable():
     for configurable in ("ModelGroup", "Deployment", "SimDriver", "ModelProfile", "StandIn",
                          "Architecture", "TrainingProfile", "ShiftCost", "LengthModel",
                          "PivotPlanner", "RuleBasedPlanner", "StaticPlanner",
-                         "forced_shift_planner", "LocalDriver", "LocalGroup",
-                         "PromptStream", "LoopConfig", "LocalChecker", "SoakConfig"):
+                         "forced_shift_planner", "ClusterDriver", "ClusterGroup",
+                         "PromptStream", "LoopConfig", "ClusterChecker", "SoakConfig"):
         assert f"{configurable}." in details, (configurable, names)
 
 
@@ -108,8 +108,8 @@ import os, re, sys
 from pivot.config import gin_setup
 from pivot.errors import ConfigError
 cores = float(os.cpu_count() or 1)
-for param, pattern in ((f"LocalDriver.cpu_share = {cores}",
-                        rf"LocalDriver.cpu_share={cores}: 4 slots \\(LocalGroup.devices\\) x"),
+for param, pattern in ((f"ClusterDriver.cpu_share = {cores}",
+                        rf"ClusterDriver.cpu_share={cores}: 4 slots \\(ClusterGroup.devices\\) x"),
                        ("PivotPlanner.min_replicas = 9",
                         r"PivotPlanner.min_replicas=9: must be an integer in \\[0, 3\\]")):
     gin_setup.parse(["gin/tiny_cpu.gin"], [param])
@@ -134,17 +134,17 @@ def test_local_cross_checks_fail_before_any_engine_module_loads():
 def test_run_py_exits_2_with_the_binding_before_engines_start():
     share = float((os.cpu_count() or 1) + 1)
     out = subprocess.run([sys.executable, "launchers/run.py", "--gin", "gin/tiny_cpu.gin",
-                          "--gin_param", f"LocalDriver.cpu_share = {share}", "--no_progress"],
+                          "--gin_param", f"ClusterDriver.cpu_share = {share}", "--no_progress"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2, out.stderr[-2000:]
-    assert f"LocalDriver.cpu_share={share}: must be a number in [0, " in out.stderr
+    assert f"ClusterDriver.cpu_share={share}: must be a number in [0, " in out.stderr
     assert "Traceback" not in out.stderr and "engines up" not in out.stderr
 
 
 # ---------------------------------------------------------------- one default per setting
 def test_forwarding_layers_keep_no_default_of_their_own():
-    from pivot.local.contexts import GeneratorFactory, SlotTrainerContext
-    from pivot.local.stack import LocalStack
+    from pivot.cluster.contexts import GeneratorFactory, SlotTrainerContext
+    from pivot.cluster.stack import ClusterStack
     from pivot.rl.staleness import StalenessBound
     from pivot.roles.trainer import Trainer
 
@@ -152,7 +152,7 @@ def test_forwarding_layers_keep_no_default_of_their_own():
         p = inspect.signature(cls).parameters[name]
         return p.default is not inspect.Parameter.empty
 
-    for cls, names in ((LocalStack, ("seed", "lr", "cpu_share")),
+    for cls, names in ((ClusterStack, ("seed", "lr", "cpu_share")),
                        (SlotTrainerContext, ("lr", "max_seq_len", "seed")),
                        (GeneratorFactory, ("cores",)), (StalenessBound, ("staleness",)),
                        (Trainer.Optimizer, ("lr",))):
@@ -161,10 +161,10 @@ def test_forwarding_layers_keep_no_default_of_their_own():
 
 
 def test_the_local_learning_rate_default_is_the_bound_one():
-    from pivot.local.driver import LocalDriver
+    from pivot.cluster.driver import ClusterDriver
     gin_setup.parse(["gin/tiny_cpu.gin"], [])
     d = gin_setup.build()
-    assert d.lr == default_of(LocalDriver, "lr") == 1e-4
+    assert d.lr == default_of(ClusterDriver, "lr") == 1e-4
 
 
 def test_the_ablation_planners_take_pivot_planners_H_binding():

@@ -1,4 +1,4 @@
-"""The forced-shift planner on a few devices (the local driver's slots): with
+"""The forced-shift planner on a few devices (the cluster driver's slots): with
 ``feasible_only`` and ``donate_p = 1`` (``ForcedShiftPlanner``'s defaults) every tick
 flips one replica between rollout and reward, never below ``min_replicas``; the soak's
 settings keep their draws, so some ticks shift nothing there."""

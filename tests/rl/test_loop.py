@@ -163,7 +163,7 @@ def test_a_step_lost_with_its_training_replica_trains_the_same_batch_again():
 
 def test_a_step_lost_while_publishing_trains_the_same_batch_again():
     # the replica died before its Write committed: the trainer is back at its state
-    # before the step (as LocalTrainer goes back to its AdamW state), the workflow has
+    # before the step (as ClusterTrainer goes back to its AdamW state), the workflow has
     # not advanced, and the policy equals an uninterrupted run's
     from pivot.rl.ports import TrainingLost
 

@@ -1,4 +1,4 @@
-"""Training on several slots of the local driver: FSDP2 over gloo across the slots the
+"""Training on several slots of the cluster driver: FSDP2 over gloo across the slots the
 training replica holds, beside each slot's own default group (vLLM's world of one), moved
 between slots by shift down / shift up as PivotRL moves it (sec. 5.2, 8.1).
 
@@ -24,7 +24,7 @@ WEIGHT_ATOL = 0.05 * LR
 
 
 class _Control:
-    """The part of ``LocalControl`` the trainer port uses: training's devices."""
+    """The part of ``ClusterControl`` the trainer port uses: training's devices."""
 
     def __init__(self, ctl):
         self.ctl, self.publishes = ctl, 0
@@ -38,13 +38,13 @@ class _Control:
 def slots(tiny_model, request):
     """4 slots with only a training context each (built beside a world-of-one default
     group), GPS holding the tiny policy. ``rank_reads``: a 2-slot training replica's ranks
-    Read only their rows of each tensor (``FsdpShardLayouts``, as ``LocalStack`` runs);
+    Read only their rows of each tensor (``FsdpShardLayouts``, as ``ClusterStack`` runs);
     ``full_reads``: every rank Reads a full copy."""
     from safetensors.torch import load_file
 
     from pivot.gps.actor import GPSActor
     from pivot.gps.layout import ModelMeta, plan_storage
-    from pivot.local.control import LocalTrainer
+    from pivot.cluster.control import ClusterTrainer
     from pivot.runtime.gps_source import FsdpShardLayouts, GPSParameterSource
     from pivot.runtime.mesh import MeshController
     from pivot.runtime.provision import spawn_host_service
@@ -61,7 +61,7 @@ def slots(tiny_model, request):
     layouts = (FsdpShardLayouts(metas, {POLICY: 2}) if request.param == "rank_reads"
                else None)   # the tiny policy has 2 KV heads
     ctl = MeshController.local(4, source, {Role.TRAINING: factory}, layouts=layouts)
-    port = LocalTrainer(ctl, None, _Control(ctl), source, 0)
+    port = ClusterTrainer(ctl, None, _Control(ctl), source, 0)
     yield ctl, port, source, sd, request.param
     ctl.stop()
     source.gps.close()

@@ -78,7 +78,7 @@ def test_a_slow_answer_of_a_live_process_survives_the_slices_and_the_timeout_hol
 
 
 def test_a_bounded_get_gives_up_within_its_bound_and_a_fast_answer_still_comes():
-    # LocalTrainer._all waits a bounded time for the other ranks once one rank failed
+    # ClusterTrainer._all waits a bounded time for the other ranks once one rank failed
     p = Pending(Future(), timeout=60.0, died=lambda: False, what="slot 1")
     t = time.monotonic()
     with pytest.raises(TimeoutError):

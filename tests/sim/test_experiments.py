@@ -3,7 +3,7 @@ when the bindings are the same, and the throughput window past the pipeline fill
 
 import pytest
 
-from launchers.experiments.fig9 import merge
+from experiments.fig9 import merge
 from pivot.sim.experiments import run_key, run_or_reuse
 from pivot.sim.metrics import window_throughput
 

@@ -4,7 +4,7 @@ model on the rows' settings, and the settings themselves against verl's launch s
 
 import pytest
 
-from launchers import calibrate as C
+from benchmarks import calibrate as C
 from pivot.sim import calibrate as cal
 from pivot.sim import roofline
 

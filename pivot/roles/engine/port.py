@@ -7,8 +7,8 @@ Each operation is written once as steps (``pivot.runtime.waits``): ``apply`` and
 caller on the RL loop's event loop.
 
 A handle is anything with the ``StepLoop`` calls ``submit`` / ``abort`` / ``collect`` /
-``first_tokens``: a ``StepLoop`` in this process, the local driver's ``SlotHandle`` over
-a device slot (``pivot.local.fleet``), or a test's ``ActorHandle``
+``first_tokens``: a ``StepLoop`` in this process, the cluster driver's ``SlotHandle`` over
+a device slot (``pivot.cluster.fleet``), or a test's ``ActorHandle``
 (``pivot.testing.generator``).
 """
 
@@ -134,7 +134,7 @@ class GeneratorPort:
                     continue
                 seq = self.sequences[s]
                 if seq.prompt_tokens is None:
-                    raise StateError(f"sequence {s} has no prompt tokens; the local driver "
+                    raise StateError(f"sequence {s} has no prompt tokens; the cluster driver "
                                      f"needs them to dispatch")
                 reqs[rid].append(GenRequest(s, list(seq.prompt_tokens), self.spec_for(seq),
                                             list(seq.generated_tokens or []),

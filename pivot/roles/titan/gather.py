@@ -3,7 +3,7 @@
 ``DTensor.full_tensor()`` is one all-gather per tensor; across slots capped at half a core
 each, every collective waits for the slowest rank's quota, and a step's GPS Write (every
 parameter) plus its optimizer state (two moments per parameter) took 0.16 s and 0.30 s on
-4 slots (``launchers/bench_train_slots.py``). Here every rank packs its shards of all the
+4 slots (``benchmarks/train_slots.py``). Here every rank packs its shards of all the
 tensors into one buffer, one ``all_gather_into_tensor`` exchanges them, and each full
 tensor is put back together from the ranks' dim-0 chunks. Values are copied, never
 reduced: the result equals ``full_tensor()`` bit for bit.

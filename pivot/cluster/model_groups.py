@@ -1,0 +1,77 @@
+"""A paper model group (``gin/qwen*.gin``) on the real driver (issue 15, item 1).
+
+A model group's gin file binds ``ModelGroup`` (table 1: the models, their replica sizes,
+the devices, the training column of table 4, the batch) for the simulator. Running the
+same file on real devices takes one more file, ``gin/backends/cuda.gin`` (or ``cpu.gin``),
+which rebinds ``run.driver = @ClusterDriver`` and builds its group with ``cluster_group``
+from the very ``ModelGroup`` the simulator would use; nothing is restated:
+
+    python launchers/run.py --gin gin/qwen7b_30b.gin --gin gin/backends/cuda.gin \
+        --gin_param "cluster_group.checkpoints = '/data/hf'"
+
+Everything the backend cannot run is refused by ``ClusterGroup.check`` before any process
+starts (no GPU, replicas that do not tile a host, slots over a CPU host's memory).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import gin
+
+from pivot.config.validation import check_text, default_of
+from pivot.cluster.group import ClusterGroup
+from pivot.rl.data import PromptStream
+from pivot.runtime.backend import Backend
+from pivot.sim.deployment import ModelGroup
+
+_FP32_BYTES, _ADAM_BYTES = 4, 16   # a weight; weight + gradient + two AdamW moments (fp32)
+
+
+@gin.configurable
+def cluster_group(group: ModelGroup = gin.REQUIRED, backend: Backend = gin.REQUIRED,
+                  checkpoints: str = "checkpoints", load_format: str = "auto",
+                  num_blocks: int = 4096,
+                  memory_budget_gb: float = default_of(ClusterGroup, "memory_budget_gb"),
+                  ) -> ClusterGroup:
+    """The ``ClusterGroup`` of a model group on ``backend``.
+
+    Args:
+        group: the model group (its gin file's ``ModelGroup``).
+        backend: the devices (``Backend``); its hosts and devices per host default to
+            the group's (``ModelGroup.devices_per_host``, 8 in table 4).
+        checkpoints: folder of Hugging Face checkpoints, one sub-folder per model named as
+            its ``ModelProfile.name`` (e.g. ``checkpoints/Qwen2.5-7B``); each host reads
+            its own copy of this path.
+        load_format: vLLM's ``load_format`` (``dummy``: random weights of the real
+            shapes, when the checkpoints hold only configs and tokenizers).
+        num_blocks: KV blocks per engine (vLLM sizes them from memory when it can).
+        memory_budget_gb: what one CPU host's slots may hold together (``cpu`` only).
+    """
+    check_text("cluster_group.checkpoints", checkpoints)
+    genrm = group.genrm or group.policy
+    root = Path(checkpoints)
+    # the fit check on a CPU host: both engines' fp32 weights and the trainer's state
+    gb = (_FP32_BYTES * (group.policy.params_b + genrm.params_b)
+          + _ADAM_BYTES * group.policy.params_b)
+    per_host = backend.devices_per_host or group.devices_per_host
+    backend = dataclasses.replace(backend, devices_per_host=per_host,
+                                  hosts=max(backend.hosts, -(-group.devices // per_host)))
+    return ClusterGroup(
+        name=group.name, devices=group.devices, backend=backend,
+        policy_dir=str(root / group.policy.name), genrm_dir=str(root / genrm.name),
+        training_devices=group.training.devices, n=group.n,
+        max_response_tokens=group.lengths.response_cap,
+        max_judge_tokens=group.lengths.judge_cap,
+        policy_replica_devices=group.policy.devices,
+        genrm_replica_devices=genrm.devices, load_format=load_format,
+        num_blocks=num_blocks, gb_per_slot=gb, memory_budget_gb=memory_budget_gb)
+
+
+@gin.configurable
+def cluster_stream(group: ModelGroup = gin.REQUIRED, parquet: str | None = None,
+                   seed: int = 0) -> PromptStream:
+    """The prompt stream of a model group: its ``prompts_per_step``; ``parquet`` a
+    DAPO-Math-17k file (None: the generated task)."""
+    return PromptStream(prompts_per_step=group.prompts_per_step, parquet=parquet, seed=seed)
