@@ -3,9 +3,9 @@
     python benchmarks/calibrate.py                    # writes results/sim/calibration.json
     python benchmarks/calibrate.py --gin_param ModelGroup.prompts_per_step=64   # smaller
 
-Generation is not fitted to verl (``pivot.sim.roofline``: H20 roofline, serving overheads
+Generation is not fitted to verl (``pivot.spec.roofline``: H20 roofline, serving overheads
 from ML.ENERGY's dense H100 rows; replica shape and limits from verl's launch scripts).
-Fitted (``pivot.sim.calibrate``): the response-length median of each mode (colocated: the
+Fitted (``pivot.sim.verl_fit``): the response-length median of each mode (colocated: the
 three colocated generation phases; fully async: the three fully async steps; least squares
 in log),
 each trainer's MFU and floor / serial fraction (two parameters per phase) on its own rows'
@@ -27,7 +27,7 @@ import sys
 from pivot.paths import REPO_ROOT as ROOT
 
 from pivot.errors import ConfigError
-from pivot.sim import calibrate as cal
+from pivot.sim import verl_fit as cal
 
 log = logging.getLogger("pivot.calibrate")
 GIN = "gin/calibration/verl_dapo7b.gin"
@@ -174,8 +174,8 @@ def _params_b(bindings: list[str], gin_file: str) -> float:
 def calibrate(bindings: list[str] | None = None, gin_file: str = GIN, iters: int = 12,
               steps: int = 4) -> dict:
     """Every fit and check; returns the JSON-ready report."""
-    from pivot.sim import roofline
-    from pivot.sim.profile import ShiftCost
+    from pivot.spec import roofline
+    from pivot.spec.profile import ShiftCost
     bindings = list(bindings or [])
     p = _params_b(bindings, gin_file)
     med = {"colocated": fit_colocated_median(bindings, gin_file, iters, steps),

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pivot.planner.pivot_planner import PivotPlanner
 from pivot.planner.strategies import NoShiftPlanner
 from pivot.reliability.injectors import forced_shift_planner
-from pivot.sim.deployment import Deployment
-from pivot.sim.phased import ColocatedPlanner, RolloutRewardColocatedPlanner
+from pivot.spec.deployment import Deployment
+from pivot.planner.baselines import ColocatedPlanner, RolloutRewardColocatedPlanner
 
 # name, planner, staleness, rollout_devices, reward_devices, training_home, training_devices
 LOCAL_DEPLOYMENTS: dict[str, Deployment] = {

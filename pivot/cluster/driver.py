@@ -43,7 +43,7 @@ from pivot.rl.workflow import RLWorkflow
 from pivot.runtime.pending import SlotProcessDied
 from pivot.scheduler.scheduler import ShiftAwareScheduler
 from pivot.scheduler.throughput import BinaryThroughputModel, ThroughputModel
-from pivot.sim.deployment import Deployment
+from pivot.spec.deployment import Deployment
 from pivot.types import GENRM, INFERENCE_ROLES, POLICY, Role
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from pivot.config.validation import check_text, default_of
 from pivot.cluster.group import ClusterGroup
 from pivot.rl.data import PromptStream
 from pivot.runtime.backend import Backend
-from pivot.sim.deployment import ModelGroup
+from pivot.spec.model_group import ModelGroup
 
 _FP32_BYTES, _ADAM_BYTES = 4, 16   # a weight; weight + gradient + two AdamW moments (fp32)
 

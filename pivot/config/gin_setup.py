@@ -21,6 +21,8 @@ def register() -> None:
     """Imports every module whose classes gin files may name."""
     import pivot.planner  # noqa: F401  (PivotPlanner, NoShiftPlanner, ...)
     import pivot.sim  # noqa: F401
+    import pivot.spec.deployment  # noqa: F401  (Deployment)
+    import pivot.spec.model_group  # noqa: F401  (ModelGroup, ModelProfile, ...)
     import pivot.cluster.driver  # noqa: F401  (ClusterDriver, ClusterGroup, PromptStream, LoopConfig)
     import pivot.cluster.model_groups  # noqa: F401  (cluster_group, cluster_stream)
     import pivot.runtime.backend  # noqa: F401  (Backend)

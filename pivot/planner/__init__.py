@@ -5,13 +5,16 @@
 
 Strategies behind the same interface: ``NoShiftPlanner`` (static allocation),
 ``StaticPlanner``, ``RuleBasedPlanner``, and the ablations ``VanillaPlanner`` and
-``ThroughputModelPlanner``.
+``ThroughputModelPlanner``; the baselines of sec. 8.2 that take turns on one pool
+(``ColocatedPlanner``, ``RolloutRewardColocatedPlanner``).
 """
 
 from pivot.planner.base import Planner
+from pivot.planner.baselines import ColocatedPlanner, RolloutRewardColocatedPlanner
 from pivot.planner.plan import ShiftDown, ShiftPlan
 from pivot.planner.pivot_planner import PivotPlanner, ThroughputModelPlanner, VanillaPlanner
 from pivot.planner.strategies import NoShiftPlanner, RuleBasedPlanner, StaticPlanner
 
 __all__ = ["Planner", "ShiftDown", "ShiftPlan", "PivotPlanner", "ThroughputModelPlanner",
-           "VanillaPlanner", "NoShiftPlanner", "RuleBasedPlanner", "StaticPlanner"]
+           "VanillaPlanner", "NoShiftPlanner", "RuleBasedPlanner", "StaticPlanner",
+           "ColocatedPlanner", "RolloutRewardColocatedPlanner"]

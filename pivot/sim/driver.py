@@ -29,7 +29,8 @@ from pivot.scheduler.throughput import BinaryThroughputModel
 from pivot.shifting.device_map import DeviceMap
 from pivot.shifting.executor import ShiftExecutor
 from pivot.shifting.shifter import Shifter
-from pivot.sim.deployment import Deployment, ModelGroup
+from pivot.spec.deployment import Deployment
+from pivot.spec.model_group import ModelGroup
 from pivot.sim.engine import REPLICA, TICK, TRAIN_DONE, TRAIN_START, SimCluster, VirtualClock
 from pivot.sim.metrics import SimResult, Tracer
 from pivot.sim.workflow import Workflow

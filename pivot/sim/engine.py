@@ -26,7 +26,7 @@ from pivot.scheduler.actions import Abort, Dispatch
 from pivot.scheduler.scheduler import ShiftAwareScheduler
 from pivot.shifting.executor import MigrationStats
 from pivot.shifting.shifter import ShiftResult
-from pivot.sim.profile import ModelProfile, ShiftCost, TrainingProfile
+from pivot.spec.profile import ModelProfile, ShiftCost, TrainingProfile
 from pivot.sim.replica import SimReplica
 from pivot.sim.workflow import Workflow
 from pivot.types import Role

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pivot.errors import StateError
-from pivot.sim.lengths import LengthModel
+from pivot.spec.lengths import LengthModel
 from pivot.types import GENRM, POLICY, SequenceState
 
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from benchmarks import calibrate as C
-from pivot.sim import calibrate as cal
-from pivot.sim.profile import ModelProfile, ShiftCost, TrainingProfile
+from pivot.sim import verl_fit as cal
+from pivot.spec.profile import ModelProfile, ShiftCost, TrainingProfile
 from pivot.scheduler.throughput import ThroughputModel
 
 SMALL = ["ModelGroup.prompts_per_step = 16", "ModelGroup.n = 4"]

@@ -91,7 +91,7 @@ def test_every_planner_that_places_tp_replicas_must_place_them_on_aligned_blocks
     from pivot.cluster.deployments import split_deployment
     from pivot.cluster.driver import ClusterDriver
     from pivot.runtime.backend import Backend
-    from pivot.sim.phased import RolloutRewardColocatedPlanner
+    from pivot.planner.baselines import RolloutRewardColocatedPlanner
 
     group = ClusterGroup(policy_replica_devices=2, backend=Backend("cpu", proc_per_role=True))
     rr = split_deployment("rr_colocated_2")

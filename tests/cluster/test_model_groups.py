@@ -16,7 +16,7 @@ from pivot.errors import ConfigError
 from pivot.cluster.model_groups import cluster_group, cluster_stream
 from pivot.paths import REPO_ROOT
 from pivot.runtime.backend import Backend, visible_gpus
-from pivot.sim.deployment import ModelGroup
+from pivot.spec.model_group import ModelGroup
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from pivot.cluster.group import ClusterGroup
 from pivot.cluster.stack import ClusterStack
 from pivot.rl.data import PromptStream
 from pivot.runtime.backend import Backend
-from pivot.sim.phased import ColocatedPlanner
+from pivot.planner.baselines import ColocatedPlanner
 from pivot.types import Role
 
 pytestmark = [pytest.mark.engine, pytest.mark.monarch, pytest.mark.slow]

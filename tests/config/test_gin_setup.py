@@ -50,7 +50,7 @@ def test_every_local_deployment_file_parses_over_the_default():
     import gin
 
     from pivot.config import gin_setup
-    from pivot.sim.deployment import Deployment
+    from pivot.spec.deployment import Deployment
 
     root = Path(__file__).resolve().parents[2]
     try:

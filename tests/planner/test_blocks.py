@@ -17,7 +17,7 @@ from pivot.planner.shift_pairs import prepare_aligned_shift_pairs, prepare_shift
 from pivot.planner.strategies import RuleBasedPlanner, StaticPlanner
 from pivot.reliability.injectors import ForcedShiftPlanner
 from pivot.shifting.device_map import DeviceMap
-from pivot.sim.phased import ColocatedPlanner, RolloutRewardColocatedPlanner
+from pivot.planner.baselines import ColocatedPlanner, RolloutRewardColocatedPlanner
 from pivot.testing.layouts import random_snapshot
 from pivot.testing.planner import MODEL, fill
 from pivot.types import ReplicaView, Role, RoleLoad, TrainingLoad, WorkloadSnapshot

@@ -3,9 +3,9 @@
 import pytest
 
 from pivot.scheduler.throughput import ThroughputModel
-from pivot.sim.deployment import ModelGroup
-from pivot.sim.lengths import LengthModel
-from pivot.sim.profile import ModelProfile, TrainingProfile
+from pivot.spec.model_group import ModelGroup
+from pivot.spec.lengths import LengthModel
+from pivot.spec.profile import ModelProfile, TrainingProfile
 
 TM = ThroughputModel(A=1e-8, B=0.0, C=4e-4, D=0.007)
 

@@ -4,9 +4,9 @@ import pytest
 
 from pivot.planner import NoShiftPlanner, PivotPlanner
 from pivot.shifting.device_map import replay
-from pivot.sim.deployment import Deployment
+from pivot.spec.deployment import Deployment
 from pivot.sim.driver import SimDriver
-from pivot.sim.phased import ColocatedPlanner, RolloutRewardColocatedPlanner
+from pivot.planner.baselines import ColocatedPlanner, RolloutRewardColocatedPlanner
 
 DEPLOYMENTS = [
     Deployment("disaggregated", NoShiftPlanner, rollout_devices=4, reward_devices=8),

@@ -11,7 +11,7 @@ from pivot.planner import PivotPlanner
 from pivot.planner.blocks import is_aligned
 from pivot.shifting.device_map import replay
 from pivot.shifting.role_shift import Transition
-from pivot.sim.deployment import Deployment
+from pivot.spec.deployment import Deployment
 from pivot.sim.driver import SimDriver
 from pivot.types import INFERENCE_ROLES
 

@@ -6,7 +6,7 @@ import pytest
 
 from pivot.errors import ConfigError
 from pivot.planner import NoShiftPlanner
-from pivot.sim.deployment import Deployment
+from pivot.spec.deployment import Deployment
 from pivot.sim.driver import SimDriver
 
 

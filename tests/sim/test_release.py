@@ -2,7 +2,7 @@
 out by the driver, and work is still conserved."""
 
 from pivot.planner import RuleBasedPlanner
-from pivot.sim.deployment import Deployment
+from pivot.spec.deployment import Deployment
 from pivot.sim.driver import SimDriver
 
 

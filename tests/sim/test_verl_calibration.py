@@ -1,12 +1,12 @@
 """The checked-in calibration (gin/calibration/verl_*_fitted.gin) against verl's DAPO 7B
-rows (pivot.sim.calibrate.VERL_ROWS): every row's step time within 15%, each phase's
+rows (pivot.sim.verl_fit.VERL_ROWS): every row's step time within 15%, each phase's
 model on the rows' settings, and the settings themselves against verl's launch scripts."""
 
 import pytest
 
 from benchmarks import calibrate as C
-from pivot.sim import calibrate as cal
-from pivot.sim import roofline
+from pivot.sim import verl_fit as cal
+from pivot.spec import roofline
 
 BOUND = 0.15
 

@@ -1,7 +1,7 @@
 """Fits the decode throughput model of sec. 6.1 (app. A) to the public calibration data and
 scales it to the paper's H20 cluster (sec. 8.1): the stand-in path, for a model without an
 ``Architecture`` (today only the Qwen3.5-122B-A10B GenRM). Models with one use
-``pivot.sim.roofline``, which replaced this scaling for them: multiplying the H100 fit's
+``pivot.spec.roofline``, which replaced this scaling for them: multiplying the H100 fit's
 whole per-sequence slope C by the compute ratio (below) also multiplies the serving host's
 per-sequence cost, which does not change with the GPU (roofline.py's docstring).
 

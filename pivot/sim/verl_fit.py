@@ -1,7 +1,7 @@
 """End-to-end calibration of the simulator against published step times (calibration/).
 
 The generation model has no parameter fitted to verl: decode and prefill come from the H20
-roofline and serving overheads fitted on ML.ENERGY's dense H100 rows (``pivot.sim.roofline``),
+roofline and serving overheads fitted on ML.ENERGY's dense H100 rows (``pivot.spec.roofline``),
 the replica shape and engine limits from verl's launch scripts (TP 4, 80% of HBM, 1024
 sequences). What is fitted to verl, each to a stated subset of its README table:
 1. ``response_median``, one per mode (verl's rows are separate runs whose response lengths
@@ -17,7 +17,7 @@ sequences). What is fitted to verl, each to a stated subset of its README table:
    re-initialisation: KV cache, CUDA graphs) by least squares on the paper's fig. 12/13
    overheads (sec. 8.5).
 Checked, not fitted: the colocated rows' step times, fig. 12/13's shift-down bounds; the
-MoE decode model against measurements no fit saw (``pivot.sim.roofline.holdout``).
+MoE decode model against measurements no fit saw (``pivot.spec.roofline.holdout``).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from pivot.errors import ConfigError
-from pivot.sim.calibration import H20_BF16_TFLOPS
-from pivot.sim.profile import ModelProfile, ShiftCost
+from pivot.spec.stand_in import H20_BF16_TFLOPS
+from pivot.spec.profile import ModelProfile, ShiftCost
 
 log = logging.getLogger(__name__)
 

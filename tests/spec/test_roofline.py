@@ -1,11 +1,11 @@
-"""The architecture-based decode / prefill model (pivot.sim.roofline): parameter counts
+"""The architecture-based decode / prefill model (pivot.spec.roofline): parameter counts
 from config shapes, the A/B/C/D it gives, the serving-overhead fit on ML.ENERGY's dense H100
 rows, and its errors on measurements no fit saw (MoE, B200, H20)."""
 
 import pytest
 
 from pivot.errors import ConfigError
-from pivot.sim import roofline as R
+from pivot.spec import roofline as R
 
 QWEN25_7B = R.Architecture(28, 3584, 28, 4, 128, 18944, 152064)
 

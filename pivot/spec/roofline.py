@@ -204,7 +204,7 @@ DENSE_FIT_MODELS = tuple(m for m, a in MLENERGY_ARCHS.items() if not a.experts)
 MOE_HOLDOUT_MODELS = tuple(m for m, a in MLENERGY_ARCHS.items() if a.experts)
 
 MLENERGY_PROMPT_TOKENS = {"gpqa": 300, "lm-arena-chat": 200}
-"""Assumed mean prompt tokens per task (the files give none; as pivot.sim.calibration)."""
+"""Assumed mean prompt tokens per task (the files give none; as pivot.spec.stand_in)."""
 
 
 @dataclass(frozen=True, slots=True)

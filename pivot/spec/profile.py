@@ -15,9 +15,9 @@ import gin
 from pivot.config.validation import check, check_bool, check_range, check_text
 from pivot.errors import ConfigError
 from pivot.scheduler.throughput import ThroughputModel
-from pivot.sim import roofline
-from pivot.sim.calibration import H20_BF16_TFLOPS, StandIn, h20_profile
-from pivot.sim.roofline import Architecture
+from pivot.spec import roofline
+from pivot.spec.stand_in import H20_BF16_TFLOPS, StandIn, h20_profile
+from pivot.spec.roofline import Architecture
 
 H20_MEMORY_BYTES = 96e9
 """Per-device HBM of the paper's H20 (sec. 8.1)."""
@@ -34,7 +34,7 @@ class ModelProfile:
         kv_bytes_per_token: KV cache bytes per token over all layers (bf16).
         devices: devices per replica, TP x EP (table 1).
         arch: the model's shape (its ``config.json``); decode and prefill then come from
-            the H20 roofline and the fitted serving overheads (``pivot.sim.roofline``).
+            the H20 roofline and the fitted serving overheads (``pivot.spec.roofline``).
         stand_in: the calibrated H100 configuration its decode model is scaled from
             (used only without ``arch``).
         prefill_mfu: fraction of H20 bf16 peak a prefill reaches (compute bound).
@@ -154,7 +154,7 @@ class TrainingProfile:
     log-prob pass (one forward, no optimizer steps) follows Amdahl's law (serial: the
     fraction that does not shrink with devices). ``mfu`` is the efficiency of one device
     doing all the work. Fitted by ``benchmarks/calibrate.py`` to verl's DAPO 7B rows of each
-    trainer (``pivot.sim.calibrate.fit_floor`` / ``fit_amdahl``). That the floor and the
+    trainer (``pivot.sim.verl_fit.fit_floor`` / ``fit_amdahl``). That the floor and the
     serial part scale with FLOPs (rather than with the longest sequence) is an assumption:
     verl's rows train one model on one workload, so they cannot tell these apart.
 
@@ -235,7 +235,7 @@ class ShiftCost:
     bytes/param, sharded over its hosts) at ``training_read_gbs`` plus ``training_up_s``;
     training down offloads the same bytes over PCIe (``pcie_gbs``, 63 GB/s, sec. 5.1)
     plus ``training_down_s``. The effective bandwidths and fixed constants are fitted to
-    the paper's fig. 12/13 overheads by ``pivot.sim.calibrate.fit_shift_cost``
+    the paper's fig. 12/13 overheads by ``pivot.sim.verl_fit.fit_shift_cost``
     (``benchmarks/calibrate.py``); 63 GB/s is the link's peak, not what a shift reaches.
 
     ``devices_per_host`` is not a binding of its own: a ``ModelGroup`` gives its shift
