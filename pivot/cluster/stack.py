@@ -89,7 +89,8 @@ class ClusterStack:
         from pivot.gps.hosts import spawn_gps
         from pivot.gps.layout import ModelMeta, plan_storage
         from pivot.cluster.cpu.cgroups import SlotCpuShares
-        from pivot.cluster.contexts import GeneratorFactory, SlotTrainerContext, rendezvous_ports
+        from pivot.roles.engine.slot_context import GeneratorFactory, rendezvous_ports
+        from pivot.roles.trainer_context import SlotTrainerContext
         from pivot.models.tokenizer import TextCodec
         from pivot.roles.engine.config import read_hf_config, read_hf_weights
         from pivot.runtime.gps_source import FsdpShardLayouts, GPSParameterSource

@@ -13,9 +13,9 @@ import torch
 from pivot.compat.vllm import remove_cpu_shm
 from pivot.gps.actor import GPSActor
 from pivot.gps.layout import ModelMeta, plan_storage
-from pivot.cluster.contexts import GeneratorFactory
 from pivot.roles.engine.config import EngineConfig, read_hf_weights
 from pivot.roles.engine.requests import GenRequest, SampleSpec
+from pivot.roles.engine.slot_context import GeneratorFactory
 from pivot.runtime.gps_source import GPSParameterSource
 from pivot.runtime.mesh import MeshController
 from pivot.runtime.ports import free_ports

@@ -14,7 +14,7 @@ def trainer_beside_world_of_one(model_dir: str, lr: float, max_seq_len: int, see
     leaves in the slot's process), for slot factories in tests."""
     import torch.distributed as dist
 
-    from pivot.cluster.contexts import SlotTrainerContext
+    from pivot.roles.trainer_context import SlotTrainerContext
 
     if not dist.is_initialized():
         path = tempfile.NamedTemporaryFile(prefix="world1_", delete=False).name

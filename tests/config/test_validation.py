@@ -143,7 +143,8 @@ def test_run_py_exits_2_with_the_binding_before_engines_start():
 
 # ---------------------------------------------------------------- one default per setting
 def test_forwarding_layers_keep_no_default_of_their_own():
-    from pivot.cluster.contexts import GeneratorFactory, SlotTrainerContext
+    from pivot.roles.engine.slot_context import GeneratorFactory
+    from pivot.roles.trainer_context import SlotTrainerContext
     from pivot.cluster.stack import ClusterStack
     from pivot.rl.staleness import StalenessBound
     from pivot.roles.trainer import Trainer

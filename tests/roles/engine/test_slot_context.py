@@ -1,6 +1,6 @@
-"""The slot contexts' pure helpers (``pivot.cluster.contexts``)."""
+"""The engine slot context's pure helpers (``pivot.roles.engine.slot_context``)."""
 
-from pivot.cluster.contexts import rendezvous_ports
+from pivot.roles.engine.slot_context import rendezvous_ports
 
 
 def test_each_tp_block_gets_a_port_of_its_own_host_and_no_two_blocks_share_one():
