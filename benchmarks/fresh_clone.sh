@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Times README's first command on a fresh clone of this repository (issue 14 item 3: the
-# default run, model build included, within 10 minutes on the 2-core machine).
+# Times README's first command on a fresh clone of this repository: the default run, model
+# build included, is meant to fit in 10 minutes on the 2-core machine.
 #
 #   bash benchmarks/fresh_clone.sh [workdir]      # default workdir: a new mktemp -d
 #
@@ -11,7 +11,8 @@
 # end-to-end wall time, the build's seconds and config digest from the clone's manifest,
 # and the sha256 of both built models (equal to this checkout's when its build is the same
 # config). Run it with nothing else on the machine: the build's SFT steps slow down
-# several-fold when another job holds a core (STATUS.md, "The main job").
+# several-fold when another job holds a core (docs/results.md, "The workload and the main
+# job").
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 work="${1:-$(mktemp -d)}"

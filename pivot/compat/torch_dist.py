@@ -51,8 +51,8 @@ def nccl_side_group(store: Any, rank: int, size: int, name: str,
     """The NCCL twin of ``gloo_side_group``, on this process's current CUDA device.
 
     Written from the same c10d calls as the gloo group (``ProcessGroupNCCL`` registered
-    for the ``cuda`` device type); it has not run here: no GPU was at hand (STATUS.md,
-    cluster backend), so ``cuda`` runs need ``Backend.untested_cuda``.
+    for the ``cuda`` device type); it has not run here: no GPU was at hand (docs/results.md,
+    "The cluster backend: what has run"), so ``cuda`` runs need ``Backend.untested_cuda``.
     """
     import torch
     import torch.distributed as dist

@@ -65,7 +65,7 @@ class BuildConfig:
             one-step sums came out learned or half learned (accuracy 0.60-1.00) with the
             seed and the machine's summation order, so the build's accuracy@1 ranged
             0.22-0.58 across machines; at 2e-3 every seed learns them
-            (``experiments/sft_sweep.py``, STATUS.md).
+            (``experiments/sft_sweep.py``, docs/results.md).
         genrm_policy_candidates: how many of the GenRM's examples judge the trained
             policy's own greedy responses (the rest judge synthetic candidates).
         genrm_eval_pairs: held-out (problem, candidate) pairs for the GenRM's correlation.

@@ -54,8 +54,9 @@ def test_the_policy_writes_worked_steps_and_is_neither_hopeless_nor_perfect(mode
 def test_the_genrm_ends_with_a_score_line_and_tracks_the_policys_correctness(models):
     """On the pairs it judges in RL (the policy's own greedy responses to the validation
     problems), the GenRM ends most judgements with a score line and its score correlates
-    with correctness. It is weak (STATUS.md, "Tiny models"): 84-88% parse, Pearson ~0.3;
-    it does not check an answer line against the steps."""
+    with correctness. It is weak (docs/results.md, "The workload and the main job"): it
+    learns the format, not the arithmetic, and does not check an answer line against the
+    steps."""
     from pivot.models.build import evaluate_genrm
 
     ptok, policy, gtok, genrm = models
