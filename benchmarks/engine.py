@@ -1,5 +1,5 @@
 """Benchmarks the 4-slot generator layout: start-up, tokens/s per slot, resident memory,
-weight load and release (issue "Real role engines", item 5).
+weight load and release.
 
     python benchmarks/engine.py [--model DIR] [--slots 4] [--out results/engine_bench.json]
 

@@ -1,5 +1,5 @@
 """A process per slot against a process per role on each slot (``Backend.proc_per_role``,
-issue 15 item 2): start-up, resident memory and colocated step time on this machine.
+the ``cuda`` layout): start-up, resident memory and colocated step time on this machine.
 
 On GPUs each slot needs a process per role (vLLM keeps its sleep allocator and parallel
 groups once per process); on the CPU a slot may hold every role in one process, which is

@@ -1,6 +1,6 @@
 """Two engines per device slot (policy and GenRM, one asleep): start-up, resident memory
-asleep and awake, and per-phase shift times of each role on the real stack (issue 14,
-item 2; sec. 5.2, fig. 12's split).
+asleep and awake, and per-phase shift times of each role on the real stack (sec. 5.2,
+fig. 12's split).
 
 Starts the cluster driver's ``ClusterStack`` (GPS with both models, 4 slots capped at their CPU
 share, each with a policy engine, a GenRM engine and a trainer context), then on every

@@ -1,4 +1,4 @@
-"""What one GPU can prove of the cluster backend (issue 15, item 7), in one command.
+"""What one GPU can prove of the cluster backend before a ``cuda`` run, in one command.
 
 Measures and checks, then writes JSON (``--out``, default ``results/gpu/gpu_check.json``):
 

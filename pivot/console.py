@@ -118,7 +118,7 @@ def session(run_dir: Path, verbose: bool = False) -> Iterator[Console]:
 
 
 def driver_line(driver: Any, origin: tuple[str, str] | None = None) -> str:
-    """Which driver runs, on what, and why (the binding that chose it; issue 15, item 1)."""
+    """Which driver runs, on what, and why (the binding that chose it)."""
     why = f" ({origin[0]} from {origin[1]})" if origin else ""
     backend = getattr(getattr(driver, "group", None), "backend", None)
     if backend is None:

@@ -1,5 +1,5 @@
 """Part d of ``launchers/gpu_check.py``: the product's GPS path between a host arena and a
-GPU (issue 15, item 4; paper sec. 5.1, appendix B.2).
+GPU (paper sec. 5.1, appendix B.2).
 
 Where part a copies from a buffer it allocated pinned, this part runs the product's own
 client (``pivot.gps.client.GlobalParameterStorage`` over an in-process ``HostStore``,

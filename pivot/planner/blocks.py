@@ -1,4 +1,4 @@
-"""Aligned device blocks of a host (issue 15 item 2): the arithmetic behind the planner's
+"""Aligned device blocks of a host (sec. 5.2; docs/design.md): the arithmetic behind the planner's
 ``PivotPlanner.aligned_blocks`` option.
 
 On GPUs a replica of k devices (TP, and EP for MoE GenRMs) fixes its parallel groups when

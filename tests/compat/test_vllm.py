@@ -126,8 +126,9 @@ def test_platform_device_type_is_cpu_and_the_sleep_api_the_gpu_memory_calls_exis
 
 
 def test_storage_set_restore_is_zero_filled_even_from_a_poisoned_heap():
-    """Issue 14 item 7: ``resize_`` hands back whatever the heap holds; ``restore`` must
-    clear it (a NaN in a masked KV slot turns the logits NaN)."""
+    """A re-allocated KV storage once served stale heap bytes: ``resize_`` hands back
+    whatever the heap holds; ``restore`` must clear it (a NaN in a masked KV slot turns
+    the logits NaN)."""
     from pivot.testing.engine import poisoned_heap
 
     t = torch.ones(1 << 16)  # 256 KiB: a heap chunk, below glibc's mmap threshold

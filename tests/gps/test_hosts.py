@@ -1,4 +1,4 @@
-"""GPS on two hosts of a Monarch ``ProcessJob`` (issue 15, item 4): one GPSActor per host,
+"""GPS on two hosts of a Monarch ``ProcessJob`` (sec. 5.1): one GPSActor per host,
 each loading its own shards of a HF checkpoint folder; a Write from a proc on host 0 and
 a Read from a proc on host 1 cross hosts through NIXL and return the source exactly."""
 

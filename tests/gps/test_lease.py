@@ -1,4 +1,4 @@
-"""Write leases (issue 15, item 4): the pure lease logic, and in-process GPS hosts where a
+"""Write leases (sec. 5.1): the pure lease logic, and in-process GPS hosts where a
 writer stops mid-Write and the next Write resolves its leftover without abort_write."""
 
 import concurrent.futures

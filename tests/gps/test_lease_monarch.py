@@ -1,4 +1,4 @@
-"""A writer process killed with SIGKILL mid-Write does not block GPS (issue 15, item 4).
+"""A writer process killed with SIGKILL mid-Write does not block GPS (sec. 5.1).
 
 Two GPSActor host processes hold the policy (half each); a GPSWriter in a third process
 writes real tensors through them (shared memory to host 0, NIXL to host 1) and is killed

@@ -1,5 +1,5 @@
-"""Every GPS host loads its own shards of a HF checkpoint folder, as one commit (issue 15,
-item 4): in-process hosts, a real tiny Qwen3 folder."""
+"""Every GPS host loads its own shards of a HF checkpoint folder, as one commit
+(sec. 5.1): in-process hosts, a real tiny Qwen3 folder."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""A Write fed by several writers (issue 15, item 3): one client begins it, each writer
+"""A Write fed by several writers (sec. 5.1): one client begins it, each writer
 stages its own devices' shards (``write_part``, another client: another process in a
 run), and the first client finishes it with every part's checksums. The result is the
 same version a single-writer Write gives; a missing or failed part leaves every host on
