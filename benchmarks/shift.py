@@ -29,7 +29,8 @@ from pivot.runtime.gps_source import GPSParameterSource
 from pivot.runtime.mesh import MeshController
 from pivot.runtime.provision import spawn_host_service, spawn_on
 from pivot.runtime.slot import SlotActor
-from pivot.testing.shifting import InferenceContext, TinyMLP, TrainingContext, tiny_mlp_state
+from pivot.testing.runtime import SlotTrainingContext, seed_batch
+from pivot.testing.shifting import InferenceContext, TinyMLP, tiny_mlp_state
 from pivot.types import GENRM, POLICY, Role
 
 log = logging.getLogger("bench_shift")
@@ -67,7 +68,7 @@ def run(devices: int, reps: int, kv_mib: int, threads: int | None) -> dict:
     factories = {
         Role.ROLLOUT: functools.partial(InferenceContext, Role.ROLLOUT, kv_tokens, 1024),
         Role.REWARD: functools.partial(InferenceContext, Role.REWARD, kv_tokens, 1024),
-        Role.TRAINING: functools.partial(TrainingContext, TinyMLP(POLICY_SIZES)),
+        Role.TRAINING: functools.partial(SlotTrainingContext, TinyMLP(POLICY_SIZES)),
     }
     ctl, spawn_s = timed(MeshController.local, devices, source, factories, time.monotonic,
                          threads)
@@ -86,7 +87,7 @@ def run(devices: int, reps: int, kv_mib: int, threads: int | None) -> dict:
     train_devs = tuple(range(1, devices))
     sh.shift_up(Role.TRAINING, "tr-0", train_devs)
     for d in train_devs:
-        ctl.invoke(d, "train_step", seed=0)
+        ctl.trainer(d).train_step(seed_batch(0)).get()
     n = 0
     for _ in range(reps):
         shift("rollout_down", sh.shift_down, f"ro-{n}", Role.REWARD)
@@ -94,7 +95,7 @@ def run(devices: int, reps: int, kv_mib: int, threads: int | None) -> dict:
         shift("reward_down", sh.shift_down, f"rm-{n}", Role.ROLLOUT)
         n += 1
         shift("rollout_up", sh.shift_up, Role.ROLLOUT, f"ro-{n}", (0,))
-        ctl.invoke(1, "train_step", seed=n)
+        ctl.trainer(1).train_step(seed_batch(n)).get()
         ctl.write_back(1)
         shift("training_down", sh.shift_down, f"tr-{n - 1}", None)
         shift("training_up", sh.shift_up, Role.TRAINING, f"tr-{n}", train_devs)

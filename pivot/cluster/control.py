@@ -13,23 +13,25 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pivot.cluster.faults import SlotFaults
 from pivot.planner.monitor import RoleShape, snapshot
-from pivot.planner.plan import ShiftPlan
 from pivot.errors import StateError
-from pivot.rl.batch import build_train_batch
+from pivot.rl.batch import TrainBatch, build_train_batch
 from pivot.rl.ports import LoopStatus, TrainingLost
 from pivot.rl.trajectory import PromptGroup
-from pivot.roles.titan.batch import TrainBatch
-from pivot.runtime.pending import SlotProcessDied
+from pivot.runtime.pending import Pending, SlotProcessDied
 from pivot.shifting.executor import ShiftExecutor
 from pivot.shifting.shifter import ShiftError
 from pivot.shifting.role_shift import SlotKind
-from pivot.types import INFERENCE_ROLES, POLICY, Role, TrainingLoad
+from pivot.types import INFERENCE_ROLES, POLICY, Role, ShiftPlan, TrainingLoad
+
+if TYPE_CHECKING:
+    from pivot.runtime.mesh import TrainerHandle
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SLOT_STAGES = ("shift_down", "shift_up")
 """The executor's stages whose failure leaves only devices LOST (``ShiftExecutor``)."""
@@ -265,15 +267,17 @@ class ClusterTrainer:
         return (bool(devs) and not self.control.training_leaving
                 and not any(self.ctl.reported_dead(d) for d in devs))
 
-    def _all(self, devs: Sequence[int], method: str, **kwargs: Any) -> list[Any]:
-        """``method`` on every slot of the replica at once; their results in rank order.
+    def _all(self, devs: Sequence[int], call: Callable[[TrainerHandle], Pending[T]]
+             ) -> list[T]:
+        """``call`` of every rank's ``TrainerHandle`` (``MeshController.trainer``), all
+        started before any is waited for; their results in rank order.
         Every call is waited for: when a rank's process died, the others' calls fail
         (their collective lost a peer) or hang until the tick kills them
         (``SlotFaults``), and the death, not their error, is what it raises. After a
         rank's own error, the others get ``RANK_GRACE_S`` to answer or be reported dead
         (they may wait in a collective for the failed rank forever)."""
-        pending = [self.ctl.invoke_start(d, method, **kwargs) for d in devs]
-        out: list[Any] = []
+        pending = [call(self.ctl.trainer(d)) for d in devs]
+        out: list[T] = []
         dead: SlotProcessDied | None = None
         err: Exception | None = None
         for p in pending:
@@ -316,30 +320,32 @@ class ClusterTrainer:
         # that dies mid-publish takes the step's weights with it (``publish``)
         self._before_step = (self.optimizer, self._fresh, self._restore_opt)
         if self._restore_opt is not None:
-            self._all(devs, "set_optimizer_state", state=self._restore_opt, tag=tag)
+            state = self._restore_opt
+            self._all(devs, lambda t: t.set_optimizer_state(state, tag))
             self._restore_opt = None
         elif self._fresh:
-            self._all(devs, "reset_optimizer", tag=tag)
+            self._all(devs, lambda t: t.reset_optimizer(tag))
         else:
             t = time.perf_counter()
-            held = self._all(devs, "held_optimizer_tag")
+            held = self._all(devs, lambda t: t.held_optimizer_tag())
             if any(h != tag for h in held):
                 # training came back on slots without the latest state (or resharded)
                 if self.optimizer is None:
                     raise StateError(f"training on slots {list(devs)} at version {version}: "
                                      f"they hold AdamW states {held} and the driver kept "
                                      f"none (ClusterTrainer.keep_optimizer=False)")
-                self._all(devs, "set_optimizer_state", state=self.optimizer, tag=tag)
+                state = self.optimizer
+                self._all(devs, lambda t: t.set_optimizer_state(state, tag))
                 self.optimizer_moves += 1
                 m_extra["trainer/optimizer_send_s"] = time.perf_counter() - t
         t = time.perf_counter()
-        m = self._all(devs, "train_step", batch=batch, version=version)[0]
+        m = self._all(devs, lambda t: t.train_step(batch, version))[0]
         m["trainer/step_s"] = time.perf_counter() - t
         self._fresh = False   # after the step: a first step lost with its slot resets again
         m.update(m_extra)
         if self.keep_optimizer:
             t = time.perf_counter()
-            self.optimizer = self._all(devs, "optimizer_state")[0]
+            self.optimizer = self._all(devs, lambda t: t.optimizer_state())[0]
             m["trainer/optimizer_fetch_s"] = time.perf_counter() - t
         return m
 

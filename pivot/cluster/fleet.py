@@ -20,12 +20,13 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from pivot.errors import StateError
 from pivot.rewards.genrm import build_genrm_prompt
 from pivot.roles.engine.port import GeneratorPort
 from pivot.roles.engine.requests import GenRequest, SampleSpec, SeqResult
 from pivot.rl.ports import Judgement, Response
 from pivot.rl.trajectory import Trajectory
-from pivot.runtime.waits import Steps, run_async, run_blocking
+from pivot.waits import Steps, run_async, run_blocking
 from pivot.scheduler.actions import Abort, Dispatch
 from pivot.scheduler.scheduler import ShiftAwareScheduler
 from pivot.shifting.executor import MigrationStats
@@ -33,36 +34,46 @@ from pivot.types import GENRM, POLICY, Role, SequenceState
 
 if TYPE_CHECKING:
     from pivot.models.tokenizer import TextCodec
+    from pivot.runtime.pending import Pending
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
 
 
 class SlotHandle:
-    """A ``GeneratorHandle`` over one device slot's active generator context."""
+    """A ``GeneratorHandle`` over one device slot's active generator context: the blocking
+    form of the controller's ``EngineHandle`` (``MeshController.engine``)."""
 
     def __init__(self, ctl: Any, device: int):
         self.ctl, self.device = ctl, device
 
     def submit(self, reqs: list[GenRequest]) -> list[str | None]:
-        return self.ctl.invoke(self.device, "submit", reqs=reqs)
+        return self.ctl.engine(self.device).submit(reqs).get()
 
     def abort(self, seq_ids: list[int]) -> dict[int, SeqResult]:
-        return self.ctl.invoke(self.device, "abort", seq_ids=list(seq_ids))
+        return self.ctl.engine(self.device).abort(list(seq_ids)).get()
 
     def collect(self) -> dict[int, SeqResult]:
-        return self.ctl.invoke(self.device, "collect")
+        return self.ctl.engine(self.device).collect().get()
 
     def poll(self) -> tuple[dict[int, SeqResult], dict[int, int]]:
-        return self.ctl.invoke(self.device, "poll")
+        return self.ctl.engine(self.device).poll().get()
 
     def first_tokens(self, seq_ids: list[int], timeout_s: float = 60.0) -> float:
-        return self.ctl.invoke(self.device, "first_tokens", seq_ids=list(seq_ids),
-                               timeout_s=timeout_s)
+        return self.ctl.engine(self.device).first_tokens(list(seq_ids), timeout_s).get()
 
-    def start(self, method: str, **kwargs: Any):
-        """Starts ``method`` on the slot without waiting (see ``GeneratorPort``)."""
-        return self.ctl.invoke_start(self.device, method, **kwargs)
+    def start(self, method: str, **kwargs: Any) -> Pending[Any]:
+        """Starts the port's call ``method`` on the slot without waiting (``GeneratorPort``
+        names its calls and starts one per replica before it waits for any); only the
+        calls of the ``GeneratorHandle`` protocol, each on the typed ``EngineHandle``."""
+        eng = self.ctl.engine(self.device)
+        calls: dict[str, Callable[..., Pending[Any]]] = {
+            "submit": eng.submit, "abort": eng.abort, "collect": eng.collect,
+            "poll": eng.poll, "first_tokens": eng.first_tokens}
+        if method not in calls:
+            raise StateError(f"slot {self.device}: {method!r} is no generator port call; "
+                             f"the port starts {sorted(calls)}")
+        return calls[method](**kwargs)
 
 
 class SlotReplicas(Mapping):
@@ -353,7 +364,7 @@ class Fleet:
         """The rollout slots on ``devices`` Read the newest policy from GPS, all at once."""
         if not devices:
             return
-        out = yield {d: self.ctl.invoke_start(d, "refresh") for d in devices}
+        out = yield {d: self.ctl.engine(d).refresh() for d in devices}
         for r in out.values():
             if isinstance(r, BaseException):
                 raise r

@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from pivot.roles.titan.batch import TrainBatch
+from pivot.rl.batch import TrainBatch
 from pivot.shifting.params import tensor_bytes
 from pivot.shifting.role_shift import ContextCategory
 from pivot.types import MODEL_OF_ROLE, Role

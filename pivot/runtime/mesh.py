@@ -5,6 +5,14 @@ One controller per run. It allocates the procs (``provision``), spawns one long-
 and is the ``SlotBackend`` of a ``Shifter``: a shift fans the slot endpoint out over the
 replica's devices in parallel and reports, per phase, the slowest device's time.
 
+The active role's calls go through typed handles, one per role a slot hosts:
+``engine(device)`` (``EngineHandle``: the rollout or reward engine's ``submit``,
+``abort``, ``collect``, ``poll``, ``first_tokens``, ``refresh``, ``stats``) and
+``trainer(device)`` (``TrainerHandle``: ``train_step`` and the AdamW state calls). Each
+method starts its ``SlotActor`` endpoint (``EngineEndpoints``, ``TrainerEndpoints``) on the
+proc holding the device's active role and returns its ``Pending`` at once: calls to
+several slots started before any ``get`` run concurrently.
+
 Shifting never restarts a process or an engine; it only changes what the slots hold.
 """
 
@@ -18,7 +26,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pivot.compat.monarch import install_fault_hook
 from pivot.errors import StateError
@@ -33,6 +41,10 @@ from pivot.shifting.role_shift import SlotKind
 from pivot.shifting.shifter import ShiftResult, Shifter
 from pivot.types import Role
 
+if TYPE_CHECKING:
+    from pivot.roles.engine.requests import GenRequest, SeqResult
+    from pivot.rl.batch import TrainBatch
+
 log = logging.getLogger(__name__)
 
 
@@ -41,9 +53,9 @@ class MeshController:
 
     A device's slot is one proc holding every role's context, or, with
     ``proc_per_role``, one proc per role (vLLM keeps its sleep allocator and parallel
-    groups once per process, so on GPUs each engine and the trainer get their own; issue
-    15). Callers see the same device either way: the controller routes a shift to the
-    role's proc and a role-specific call to the proc holding the active role.
+    groups once per process, so on GPUs each engine and the trainer get their own).
+    Callers see the same device either way: the controller routes a shift to the role's
+    proc and a role's call (``engine``, ``trainer``) to the proc holding the active role.
 
     Args:
         alloc: the procs (``provision.allocate``; ``procs_per_device`` of them per device
@@ -278,13 +290,20 @@ class MeshController:
         actor = self.slots[self._check(device)][k]   # ``actor(device, role)``
         return self._pending(device, k, actor.tensors.call_one(role, item)).get()
 
-    def invoke(self, device: int, method: str, **kwargs: Any) -> Any:
-        return self.invoke_start(device, method, **kwargs).get()
+    def engine(self, device: int) -> EngineHandle:
+        """The engine calls of ``device``'s active rollout or reward replica
+        (``SlotActor``'s ``EngineEndpoints``)."""
+        return EngineHandle(self, device)
 
-    def invoke_start(self, device: int, method: str, **kwargs: Any):
-        """Like ``invoke`` but returns at once with a handle; ``.get()`` waits for the
-        result. Calls to several slots started before any ``get`` run concurrently."""
-        fut = self._holder(device).invoke.call_one(method, kwargs)
+    def trainer(self, device: int) -> TrainerHandle:
+        """The trainer calls of ``device``'s rank of the active training replica
+        (``SlotActor``'s ``TrainerEndpoints``)."""
+        return TrainerHandle(self, device)
+
+    def _start_active(self, device: int, call: Callable[[Any], Any]) -> Pending[Any]:
+        """``call(actor)`` started on the proc of ``device`` that holds (or last held) its
+        active role; the slot refuses a call of another role."""
+        fut = call(self._holder(device))
         return self._pending(device, self._active[device], fut)
 
     def write_back(self, device: int) -> float:
@@ -490,6 +509,92 @@ class MeshController:
             self.failures.append(msg)
             self._faults.append((name, msg))
             self._dead_names.add(name.split("-")[0])
+
+
+class EngineHandle:
+    """Typed calls to the engine of a device's active rollout or reward replica: each
+    starts the ``SlotActor`` endpoint of its name (``EngineEndpoints``, over the context's
+    ``pivot.roles.engine.slot_context.EngineCalls``) on the proc holding the active role
+    and returns its ``Pending`` (``.get()``, or ``await .wait()``). The device is checked
+    (not lost) and routed at each call, as the device map changes between them.
+
+    Args:
+        ctl: the controller.
+        device: the device; a TP replica's calls go to its first device (rank 0).
+    """
+
+    def __init__(self, ctl: MeshController, device: int):
+        self.ctl, self.device = ctl, device
+
+    def submit(self, reqs: list[GenRequest]) -> Pending[list[str | None]]:
+        """Starts ``reqs``; per request None, or why the engine refused it."""
+        return self.ctl._start_active(self.device, lambda a: a.submit.call_one(reqs))
+
+    def abort(self, seq_ids: list[int]) -> Pending[dict[int, SeqResult]]:
+        """Stops ``seq_ids``; each one's tokens so far, or its final result."""
+        return self.ctl._start_active(self.device, lambda a: a.abort.call_one(seq_ids))
+
+    def collect(self) -> Pending[dict[int, SeqResult]]:
+        """The sequences finished since the last ``collect`` or ``poll``."""
+        return self.ctl._start_active(self.device, lambda a: a.collect.call_one())
+
+    def poll(self) -> Pending[tuple[dict[int, SeqResult], dict[int, int]]]:
+        """``collect`` and the running sequences' current lengths."""
+        return self.ctl._start_active(self.device, lambda a: a.poll.call_one())
+
+    def first_tokens(self, seq_ids: list[int], timeout_s: float = 60.0) -> Pending[float]:
+        """Seconds until each of ``seq_ids`` had a new token (re-prefill)."""
+        return self.ctl._start_active(
+            self.device, lambda a: a.first_tokens.call_one(seq_ids, timeout_s))
+
+    def refresh(self) -> Pending[dict[str, float]]:
+        """The GPS Read and load of the newest model version; phase -> seconds."""
+        return self.ctl._start_active(self.device, lambda a: a.refresh.call_one())
+
+    def stats(self) -> Pending[dict[str, Any]]:
+        """The engine's counters."""
+        return self.ctl._start_active(self.device, lambda a: a.stats.call_one())
+
+
+class TrainerHandle:
+    """Typed calls to one rank (device) of the active training replica: each starts the
+    ``SlotActor`` endpoint of its name (``TrainerEndpoints``, over the context's
+    ``pivot.roles.trainer_context.TrainerCalls``) on the device's training proc and
+    returns its ``Pending``. A replica's ranks are one FSDP2 group: the collective calls
+    must be started on every rank before any is waited for
+    (``pivot.cluster.control.ClusterTrainer``).
+
+    Args:
+        ctl: the controller.
+        device: the rank's device.
+    """
+
+    def __init__(self, ctl: MeshController, device: int):
+        self.ctl, self.device = ctl, device
+
+    def train_step(self, batch: TrainBatch, version: int | None = None
+                   ) -> Pending[dict[str, float]]:
+        """One GRPO update on ``batch`` at policy version ``version``; its metrics."""
+        return self.ctl._start_active(self.device,
+                                      lambda a: a.train_step.call_one(batch, version))
+
+    def reset_optimizer(self, tag: tuple | None = None) -> Pending[None]:
+        """Fresh AdamW state standing for ``tag`` (run, version)."""
+        return self.ctl._start_active(self.device, lambda a: a.reset_optimizer.call_one(tag))
+
+    def optimizer_state(self) -> Pending[dict]:
+        """The full AdamW state (rank 0; {} from the others)."""
+        return self.ctl._start_active(self.device, lambda a: a.optimizer_state.call_one())
+
+    def held_optimizer_tag(self) -> Pending[tuple | None]:
+        """(run, version) of the AdamW state the rank holds."""
+        return self.ctl._start_active(self.device,
+                                      lambda a: a.held_optimizer_tag.call_one())
+
+    def set_optimizer_state(self, state: dict, tag: tuple | None = None) -> Pending[None]:
+        """Restores ``state`` before the next step, standing for ``tag``."""
+        return self.ctl._start_active(
+            self.device, lambda a: a.set_optimizer_state.call_one(state, tag))
 
 
 _NEXT_ID = itertools.count()

@@ -1,5 +1,7 @@
 """Started slot calls (one call, a replica's shift, a training Write), waited for blocking
-(``get``) or on an event loop (``wait``).
+(``get``) or on an event loop (``wait``). A role call's ``Pending`` comes from the
+controller's typed handles (``MeshController.engine`` / ``trainer``), typed by the
+endpoint's answer (``Pending[list[str | None]]`` for ``submit``).
 
 A Monarch call to an actor whose process died never answers: it waits out its timeout
 (15 minutes on the cluster driver's stack), although supervision reports the death in
@@ -17,7 +19,7 @@ import asyncio
 import math
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pivot.compat.monarch import supervision_error
 from pivot.errors import StateError
@@ -25,6 +27,8 @@ from pivot.types import MODEL_OF_ROLE, Role
 
 if TYPE_CHECKING:
     from pivot.runtime.mesh import MeshController
+
+T = TypeVar("T")
 
 DEATH_POLL_S = 0.5
 """How often a waiting call looks at whether its process was reported dead."""
@@ -34,8 +38,8 @@ class SlotProcessDied(StateError):
     """The process a call was waiting on died (reported by Monarch's supervision)."""
 
 
-class Pending:
-    """A started slot call.
+class Pending(Generic[T]):
+    """A started slot call whose answer is a ``T``.
 
     Args:
         fut: the Monarch future of the call.
@@ -55,7 +59,7 @@ class Pending:
         return SlotProcessDied(f"{self.what}: its process died (supervision); the call's "
                                f"answer will never come")
 
-    def get(self, within: float | None = None) -> Any:
+    def get(self, within: float | None = None) -> T:
         """The call's answer; ``within``: wait at most that long (less than the call's
         timeout; TimeoutError after it)."""
         if self.died is None:
@@ -76,7 +80,7 @@ class Pending:
             except supervision_error() as e:   # a call made after Monarch knew
                 raise self._dead() from e
 
-    async def wait(self) -> Any:
+    async def wait(self) -> T:
         """``get`` for a caller on an asyncio loop (the loop keeps running)."""
         if self.died is None:
             return await asyncio.wait_for(awaitable(self.fut), self.timeout)
@@ -105,7 +109,7 @@ class PendingShift:
     """A started shift on a replica's slots (``start_shift_down`` / ``start_shift_up``):
     one ``Pending`` per slot, their results combined into the replica's."""
 
-    def __init__(self, calls: list[Pending], combine: Callable[[list], Any]):
+    def __init__(self, calls: list[Pending[Any]], combine: Callable[[list], Any]):
         self.calls, self.combine = calls, combine
 
     def get(self) -> Any:
@@ -132,16 +136,18 @@ class PendingWrite:
         self.keys = [ctl._key(d, Role.TRAINING) for d in devices]
         ctl._writing.update(devices)
         if layout is None:   # every slot gathers (collective); rank 0 Writes
-            self.futs = self._calls("write_back")
+            self.futs = self._calls(lambda a: a.write_back.call_one())
 
-    def _calls(self, method: str, *args: Any) -> list[Pending]:
-        return [self.ctl._pending(d, k, getattr(a, method).call_one(*args))
+    def _calls(self, call: Callable[[Any], Any]) -> list[Pending[Any]]:
+        """``call(actor)`` started on each training proc of the replica."""
+        return [self.ctl._pending(d, k, call(a))
                 for d, k, a in zip(self.devices, self.keys, self.actors)]
 
-    def _begin(self) -> list[Pending]:
+    def _begin(self) -> list[Pending[Any]]:
         model = MODEL_OF_ROLE[Role.TRAINING]
-        self.ticket = self.ctl.source.begin_write(model, self.devices, self.layout)
-        return self._calls("write_part", self.ticket)
+        ticket = self.ctl.source.begin_write(model, self.devices, self.layout)
+        self.ticket = ticket
+        return self._calls(lambda a: a.write_part.call_one(ticket))
 
     def _done(self) -> None:
         self.ctl._writing.difference_update(self.devices)

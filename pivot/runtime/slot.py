@@ -7,7 +7,20 @@ restarted on a shift), a training context's offloaded optimizer state in host me
 preserved items (process groups, engine definitions) that sec. 5.2 keeps across shifts.
 A slot builds every role's context once, at spawn, and then only applies the shift tables.
 
-Endpoints unpack, call the pure code of ``pivot.shifting`` and return timings.
+Endpoints, by what they act on:
+
+- the slot itself (``SlotActor``): shift down and up, ``describe``, ``tensors``, the
+  training Write (``write_back``, ``write_part``), recovery (``reset``) and fault
+  injection. They unpack, call the pure code of ``pivot.shifting`` and return timings.
+- the active role's context, one typed set per role a slot hosts, as torchforge gives
+  each role its own actor: ``EngineEndpoints`` (rollout and reward: ``submit``,
+  ``abort``, ``collect``, ``poll``, ``first_tokens``, ``refresh``, ``stats``, over the
+  context's ``pivot.roles.engine.slot_context.EngineCalls``) and ``TrainerEndpoints``
+  (training: ``train_step``, ``reset_optimizer``, ``optimizer_state``,
+  ``held_optimizer_tag``, ``set_optimizer_state``, over
+  ``pivot.roles.trainer_context.TrainerCalls``). Each refuses a slot whose active role is
+  not its own. The controller reaches them through ``MeshController.engine`` and
+  ``MeshController.trainer``.
 """
 
 from __future__ import annotations
@@ -17,26 +30,149 @@ import os
 import socket
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from monarch.actor import Actor, endpoint
 
 from pivot.errors import PivotError, StateError
+from pivot.roles.engine.requests import GenRequest, SeqResult
+from pivot.roles.engine.slot_context import EngineCalls
+from pivot.rl.batch import TrainBatch
+from pivot.roles.trainer_context import TrainerCalls
 from pivot.shifting.contexts import RoleContext, apply_steps
 from pivot.shifting.params import ParameterSource
 from pivot.shifting.role_shift import shift_down_steps, shift_up_steps
-from pivot.types import Role
+from pivot.types import INFERENCE_ROLES, Role
 
 log = logging.getLogger(__name__)
+C = TypeVar("C")
 
 
 class InjectedFault(PivotError):
     """A failure ``SlotActor.inject_fault`` asked for."""
 
 
-class SlotActor(Actor):
-    """Holds the role contexts of one device.
+class _ActiveRole:
+    """What the role endpoint sets read of the slot: its contexts and the active role."""
+
+    device: int
+    contexts: dict[Role, RoleContext]
+    active: Role | None
+    replica_id: str | None
+
+    def _active_context(self, call: str, roles: tuple[Role, ...], calls: type[C],
+                        what: str) -> C:
+        """The active context for ``call``, a call of ``roles``' contexts (``calls``, a
+        runtime-checkable Protocol); refused if no role is active, another role is, or
+        the context lacks the calls."""
+        names = " or ".join(r.value for r in roles)
+        if self.active is None:
+            raise StateError(f"slot {self.device}: {call}: no active role; shift up to "
+                             f"{names} first")
+        if self.active not in roles:
+            raise StateError(f"slot {self.device}: {call} ({what} endpoint) is for a {names} "
+                             f"replica; the slot holds {self.active.value} replica "
+                             f"{self.replica_id}")
+        ctx = self.contexts[self.active]
+        if not isinstance(ctx, calls):
+            raise StateError(f"slot {self.device}: {call}: the {self.active.value} context "
+                             f"({type(ctx).__name__}) lacks the {calls.__name__} calls")
+        return ctx
+
+
+class EngineEndpoints(_ActiveRole):
+    """The rollout and reward roles' endpoints: the calls the shift-aware scheduler's
+    actions make on a replica (sec. 6.2: dispatch, abort with the produced tokens kept,
+    collect) and the policy refresh after a training Write (sec. 5.1). Each goes to the
+    active context's ``EngineCalls`` (``pivot.roles.engine.slot_context``); a slot holding
+    training or nothing refuses them. ``MeshController.engine`` starts them."""
+
+    def _engine(self, call: str) -> EngineCalls:
+        return self._active_context(call, INFERENCE_ROLES, EngineCalls, "engine")
+
+    @endpoint
+    def submit(self, reqs: list[GenRequest]) -> list[str | None]:
+        """Starts ``reqs`` on the active engine (a request with generated tokens resumes
+        after a re-prefill); per request None, or why the engine refused it."""
+        return self._engine("submit").submit(reqs)
+
+    @endpoint
+    def abort(self, seq_ids: list[int]) -> dict[int, SeqResult]:
+        """Stops ``seq_ids``; each one's tokens so far (``finish_reason`` "abort"), or its
+        final result if it had finished."""
+        return self._engine("abort").abort(seq_ids)
+
+    @endpoint
+    def collect(self) -> dict[int, SeqResult]:
+        """The sequences finished since the last ``collect`` or ``poll``."""
+        return self._engine("collect").collect()
+
+    @endpoint
+    def poll(self) -> tuple[dict[int, SeqResult], dict[int, int]]:
+        """``collect`` and the running sequences' current lengths, in one call."""
+        return self._engine("poll").poll()
+
+    @endpoint
+    def first_tokens(self, seq_ids: list[int], timeout_s: float = 60.0) -> float:
+        """Waits until each of ``seq_ids`` has a new token (the re-prefill of resumed
+        sequences, table 3); returns the seconds it took."""
+        return self._engine("first_tokens").first_tokens(seq_ids, timeout_s)
+
+    @endpoint
+    def refresh(self) -> dict[str, float]:
+        """Reads the newest version of the role's model from GPS and loads it, without
+        restarting the engine (its sequences were aborted first); phase -> seconds."""
+        return self._engine("refresh").refresh()
+
+    @endpoint
+    def stats(self) -> dict[str, Any]:
+        """The active engine's counters (running sequences, tokens, mean step seconds)."""
+        return self._engine("stats").stats()
+
+
+class TrainerEndpoints(_ActiveRole):
+    """The training role's endpoints: the GRPO step and the AdamW state the driver keeps
+    across moves of training (sec. 5.2: optimizer state is offloadable context; after a
+    resharding the driver sends it back). Each goes to the active context's
+    ``TrainerCalls`` (``pivot.roles.trainer_context``) and is made on every slot of the
+    training replica at once; a slot holding rollout, reward or nothing refuses them.
+    ``MeshController.trainer`` starts them."""
+
+    def _trainer(self, call: str) -> TrainerCalls:
+        return self._active_context(call, (Role.TRAINING,), TrainerCalls, "trainer")
+
+    @endpoint
+    def train_step(self, batch: TrainBatch, version: int | None = None) -> dict[str, float]:
+        """One GRPO update on ``batch`` (each rank trains on its rows) at policy version
+        ``version``; its metrics. Collective across the replica's slots."""
+        return self._trainer("train_step").train_step(batch, version)
+
+    @endpoint
+    def reset_optimizer(self, tag: tuple | None = None) -> None:
+        """Fresh AdamW state (a new run on a reused slot), standing for ``tag``."""
+        self._trainer("reset_optimizer").reset_optimizer(tag)
+
+    @endpoint
+    def optimizer_state(self) -> dict:
+        """The full AdamW state on rank 0, {} on the others. Collective."""
+        return self._trainer("optimizer_state").optimizer_state()
+
+    @endpoint
+    def held_optimizer_tag(self) -> tuple | None:
+        """(run, version) of the AdamW state this rank holds; None: none that is valid."""
+        return self._trainer("held_optimizer_tag").held_optimizer_tag()
+
+    @endpoint
+    def set_optimizer_state(self, state: dict, tag: tuple | None = None) -> None:
+        """Restores ``state`` (``optimizer_state``'s, from any slots) before the next
+        step, standing for ``tag``; each rank keeps its shard."""
+        self._trainer("set_optimizer_state").set_optimizer_state(state, tag)
+
+
+class SlotActor(EngineEndpoints, TrainerEndpoints, Actor):
+    """Holds the role contexts of one device; its role endpoints are ``EngineEndpoints``
+    and ``TrainerEndpoints``.
 
     Args:
         device: the device id this proc stands for.
@@ -215,18 +351,6 @@ class SlotActor(Actor):
                              f"{item!r}; use 'weights' or, for training, 'optimizer_state' "
                              f"or 'gradients'")
         return {k: v.detach().to("cpu", copy=True) for k, v in src.items()}
-
-    @endpoint
-    def invoke(self, method: str, kwargs: dict[str, Any]) -> Any:
-        """Calls a role-specific public method (e.g. ``train_step``) of the active context."""
-        if self.active is None:
-            raise StateError(f"slot {self.device}: invoke {method}: no active role; shift up")
-        ctx = self.contexts[self.active]
-        fn = getattr(ctx, method, None) if not method.startswith("_") else None
-        if not callable(fn):
-            raise StateError(f"slot {self.device}: the {self.active.value} context has no "
-                             f"method {method!r}")
-        return fn(**kwargs)
 
     @endpoint
     def write_back(self, layout: Any = None) -> float:

@@ -1,28 +1,34 @@
 """In-process stand-ins for the cluster driver's slots (tests only; see ``pivot.testing``):
-``FakeEngine`` advances its sequences one token per ``step`` and ``FakeCtl`` routes the
-fleet's slot calls to them over a real ``DeviceMap``, so the fleet, the schedulers, the
-executor and the fault handling run their real code without vLLM or Monarch. A slot can
-die: its calls raise ``SlotProcessDied`` and supervision reports it at the next
-``poll_faults``, as ``MeshController`` does."""
+``FakeEngine`` has a slot engine's calls (``EngineCalls``) and advances its sequences one
+token per ``step``; ``FakeCtl`` routes the fleet's slot calls to them over a real
+``DeviceMap`` through ``FakeEngineHandle``, the typed surface of the controller's
+``EngineHandle``, so the fleet, the schedulers, the executor and the fault handling run
+their real code without vLLM or Monarch. A slot can die: its calls raise
+``SlotProcessDied`` and supervision reports it at the next ``poll_faults``, as
+``MeshController`` does."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
-from pivot.roles.engine.requests import SeqResult
+from pivot.roles.engine.requests import GenRequest, SeqResult
 from pivot.runtime.pending import SlotProcessDied
 from pivot.shifting.device_map import DeviceMap
 from pivot.shifting.role_shift import SlotKind
 
+T = TypeVar("T")
+
 
 class FakeEngine:
-    """One slot's engine: sequences advance one token per ``step``."""
+    """One slot's engine (``pivot.roles.engine.slot_context.EngineCalls``): sequences
+    advance one token per ``step``."""
 
     def __init__(self):
         self.live: dict[int, tuple[int, list[int]]] = {}
         self.done: dict[int, SeqResult] = {}
 
-    def submit(self, reqs):
+    def submit(self, reqs: list[GenRequest]) -> list[str | None]:
         out: list[str | None] = []
         for r in reqs:
             if r.seq_id in self.live:   # request ids are unique while they run
@@ -32,7 +38,7 @@ class FakeEngine:
             out.append(None)
         return out
 
-    def abort(self, seq_ids):
+    def abort(self, seq_ids: list[int]) -> dict[int, SeqResult]:
         out = {}
         for s in seq_ids:
             p, toks = self.live.pop(s)
@@ -53,12 +59,70 @@ class FakeEngine:
         p, toks = self.live.pop(sid)
         self.done[sid] = SeqResult(sid, p, toks, [0.0] * len(toks), "error", "injected")
 
-    def poll(self):
+    def collect(self) -> dict[int, SeqResult]:
         out, self.done = self.done, {}
-        return out, {s: p + len(t) for s, (p, t) in self.live.items()}
+        return out
 
-    def refresh(self):
+    def poll(self) -> tuple[dict[int, SeqResult], dict[int, int]]:
+        return self.collect(), {s: p + len(t) for s, (p, t) in self.live.items()}
+
+    def first_tokens(self, seq_ids: list[int], timeout_s: float = 60.0) -> float:
+        """No re-prefill to wait for: a resumed sequence has its tokens at once."""
+        return 0.0
+
+    def refresh(self) -> dict[str, float]:
         self.refreshed = getattr(self, "refreshed", 0) + 1
+        return {"gps_read_s": 0.0, "load_s": 0.0}
+
+    def stats(self) -> dict[str, Any]:
+        return {"running": len(self.live),
+                "num_tokens": sum(p + len(t) for p, t in self.live.values()),
+                "generated_tokens": sum(len(t) for _, t in self.live.values()),
+                "mean_step_s": 0.0}
+
+
+class Answered(Generic[T]):
+    """A started call that has its answer (``Pending``'s ``get`` and ``wait``)."""
+
+    def __init__(self, value: T):
+        self.value = value
+
+    def get(self, within: float | None = None) -> T:
+        return self.value
+
+    async def wait(self) -> T:
+        return self.value
+
+
+class FakeEngineHandle:
+    """``MeshController.engine``'s ``EngineHandle`` over a ``FakeCtl`` slot: each call
+    runs at once on the slot's ``FakeEngine`` (``FakeCtl.start``) and returns it
+    answered."""
+
+    def __init__(self, ctl: FakeCtl, device: int):
+        self.ctl, self.device = ctl, device
+
+    def submit(self, reqs: list[GenRequest]) -> Answered[list[str | None]]:
+        return self.ctl.start(self.device, "submit", lambda e: e.submit(reqs))
+
+    def abort(self, seq_ids: list[int]) -> Answered[dict[int, SeqResult]]:
+        return self.ctl.start(self.device, "abort", lambda e: e.abort(seq_ids))
+
+    def collect(self) -> Answered[dict[int, SeqResult]]:
+        return self.ctl.start(self.device, "collect", lambda e: e.collect())
+
+    def poll(self) -> Answered[tuple[dict[int, SeqResult], dict[int, int]]]:
+        return self.ctl.start(self.device, "poll", lambda e: e.poll())
+
+    def first_tokens(self, seq_ids: list[int], timeout_s: float = 60.0) -> Answered[float]:
+        return self.ctl.start(self.device, "first_tokens",
+                              lambda e: e.first_tokens(seq_ids, timeout_s))
+
+    def refresh(self) -> Answered[dict[str, float]]:
+        return self.ctl.start(self.device, "refresh", lambda e: e.refresh())
+
+    def stats(self) -> Answered[dict[str, Any]]:
+        return self.ctl.start(self.device, "stats", lambda e: e.stats())
 
 
 class FakeCtl:
@@ -73,17 +137,20 @@ class FakeCtl:
         self.die_on: dict[int, str] = {}
         self.killed: list[int] = []
 
-    def invoke(self, device, method, **kwargs):
-        if self.die_on.get(device) == method:
+    def engine(self, device: int) -> FakeEngineHandle:
+        """``MeshController.engine``: the engine calls of the slot ``device``."""
+        return FakeEngineHandle(self, device)
+
+    def start(self, device: int, name: str, call: Callable[[FakeEngine], T]) -> Answered[T]:
+        """Runs the engine call ``name`` (``call`` of the slot's engine) now and returns it
+        answered; a dead slot's call raises ``SlotProcessDied`` (and so does the call
+        ``die`` armed: the slot dies as it is made)."""
+        if self.die_on.get(device) == name:
             del self.die_on[device]
             self._die(device)
         if device in self.dead:
             raise SlotProcessDied(f"slot {device} died (FakeCtl.die)")
-        return getattr(self.engines[device], method)(**kwargs)
-
-    def invoke_start(self, device, method, **kwargs):
-        out = self.invoke(device, method, **kwargs)
-        return SimpleNamespace(get=lambda: out)
+        return Answered(call(self.engines[device]))
 
     def describe_all(self):
         out = []
@@ -95,7 +162,8 @@ class FakeCtl:
 
     # ---- supervision (``MeshController``'s fault calls) --------------------------
     def die(self, device: int, when: str | None = None) -> None:
-        """The slot's process dies now, or at its next call of method ``when``."""
+        """The slot's process dies now, or at its next engine call ``when`` (a
+        ``FakeEngineHandle`` method's name)."""
         if when is None:
             self._die(device)
         else:

@@ -18,7 +18,7 @@ from pivot.roles.engine.requests import GenRequest, SampleSpec
 from pivot.roles.engine.slot_context import GeneratorFactory
 from pivot.runtime.gps_source import GPSParameterSource
 from pivot.runtime.mesh import MeshController
-from pivot.runtime.ports import free_ports
+from pivot.ports import free_ports
 from pivot.runtime.provision import spawn_host_service
 from pivot.types import GENRM, POLICY, Role
 
@@ -62,13 +62,14 @@ def generate(ctl: MeshController, device: int, prompts: list[list[int]], *,
     spec = SampleSpec(max_tokens=max_tokens, temperature=0.0, logprobs=False,
                       ignore_eos=ignore_eos)
     reqs = [GenRequest(i, list(p), spec) for i, p in enumerate(prompts)]
-    assert ctl.invoke(device, "submit", reqs=reqs) == [None] * len(reqs)
+    engine = ctl.engine(device)
+    assert engine.submit(reqs).get() == [None] * len(reqs)
     out: dict[int, list[int]] = {}
     if abort_first:
-        out.update({s: r.tokens for s, r in ctl.invoke(device, "abort", seq_ids=[0]).items()})
+        out.update({s: r.tokens for s, r in engine.abort([0]).get().items()})
     deadline = time.monotonic() + 300
     while len(out) < len(reqs) and time.monotonic() < deadline:
-        out.update({s: r.tokens for s, r in ctl.invoke(device, "collect").items()})
+        out.update({s: r.tokens for s, r in engine.collect().get().items()})
         time.sleep(0.05)
     assert len(out) == len(reqs), f"unfinished after 300 s: {set(range(len(reqs))) - set(out)}"
     return out

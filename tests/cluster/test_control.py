@@ -76,7 +76,7 @@ def test_no_step_starts_on_training_while_a_plan_takes_it_down():
     import asyncio
 
     from pivot.cluster.control import ClusterControl, ClusterTrainer
-    from pivot.planner.plan import ShiftDown, ShiftPlan
+    from pivot.types import ShiftDown, ShiftPlan
 
     control = ClusterControl(_Ctl, _Fleet, object(), {}, 1, 1.0, False)
     trainer = ClusterTrainer(_Ctl, _Fleet, control, None, 0)
@@ -103,9 +103,8 @@ class _TrainingSlot:
     def __init__(self):
         self.n, self.tag, self.sent, self.die_in_write = 0, None, [], False
 
-    def invoke_start(self, device, method, **kwargs):
-        out = getattr(self, method)(**kwargs)
-        return SimpleNamespace(get=lambda: out)
+    def trainer(self, device):
+        return _Answers(self)
 
     def reset_optimizer(self, tag):
         self.n, self.tag = 0, tag
@@ -133,6 +132,33 @@ class _TrainingSlot:
                 raise SlotProcessDied("slot 0: its process died mid-Write")
             return 0.0
         return SimpleNamespace(wait=wait)
+
+
+class _Answers:
+    """``MeshController.trainer``'s handle over a ``_TrainingSlot``: each call runs at once
+    and is returned answered."""
+
+    def __init__(self, slot):
+        self.slot = slot
+
+    @staticmethod
+    def _answered(out):
+        return SimpleNamespace(get=lambda: out)
+
+    def reset_optimizer(self, tag=None):
+        return self._answered(self.slot.reset_optimizer(tag))
+
+    def set_optimizer_state(self, state, tag=None):
+        return self._answered(self.slot.set_optimizer_state(state, tag))
+
+    def held_optimizer_tag(self):
+        return self._answered(self.slot.held_optimizer_tag())
+
+    def train_step(self, batch, version=None):
+        return self._answered(self.slot.train_step(batch, version))
+
+    def optimizer_state(self):
+        return self._answered(self.slot.optimizer_state())
 
 
 def test_a_slot_lost_while_publishing_takes_the_trainer_back_to_its_state_before_the_step():
@@ -189,7 +215,9 @@ class _Call:
 def _trainer_over(calls):
     from pivot.cluster.control import ClusterTrainer
 
-    ctl = SimpleNamespace(invoke_start=lambda d, method, **kw: calls[d])
+    ctl = SimpleNamespace(trainer=lambda d: SimpleNamespace(
+        train_step=lambda batch, version=None: calls[d],
+        optimizer_state=lambda: calls[d]))
     return ClusterTrainer(ctl, None, SimpleNamespace(), None, 0)
 
 
@@ -198,7 +226,7 @@ def test_a_rank_that_died_is_what_a_replica_call_raises_not_the_other_ranks_erro
     calls = [_Call(error=RuntimeError("gloo: connection closed by peer")),
              _Call(error=SlotProcessDied("slot 3: its process died"))]
     with pytest.raises(SlotProcessDied):
-        _trainer_over(calls)._all((0, 1), "train_step")
+        _trainer_over(calls)._all((0, 1), lambda t: t.train_step(None, 0))
 
 
 def test_a_rank_error_is_raised_after_a_bounded_wait_for_a_rank_stuck_in_a_collective(
@@ -208,5 +236,6 @@ def test_a_rank_error_is_raised_after_a_bounded_wait_for_a_rank_stuck_in_a_colle
     monkeypatch.setattr(control, "RANK_GRACE_S", 0.01)
     calls = [_Call(error=ValueError("bad batch")), _Call()]
     with pytest.raises(ValueError, match="bad batch"):
-        _trainer_over(calls)._all((0, 1), "train_step")
-    assert _trainer_over([_Call(value=1), _Call(value=2)])._all((0, 1), "x") == [1, 2]
+        _trainer_over(calls)._all((0, 1), lambda t: t.train_step(None, 0))
+    assert _trainer_over([_Call(value=1), _Call(value=2)])._all(
+        (0, 1), lambda t: t.optimizer_state()) == [1, 2]

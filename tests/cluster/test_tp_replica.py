@@ -81,7 +81,7 @@ def test_requests_to_a_follower_rank_and_unaligned_replicas_are_refused(tp_mesh)
         m.start_shift_up(Role.ROLLOUT, "bad", (1,))
     sh.shift_up(Role.ROLLOUT, "tp-f", (0, 1))
     with pytest.raises(Exception, match="follower rank of a tensor-parallel replica"):
-        m.invoke(1, "submit", reqs=[GenRequest(9, [1, 2, 3])])
+        m.engine(1).submit([GenRequest(9, [1, 2, 3])]).get()
     sh.shift_down("tp-f")
 
 

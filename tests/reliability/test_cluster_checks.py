@@ -200,9 +200,9 @@ class GatedCtl(FakeCtl):
         super().__init__()
         self.gate: asyncio.Event | None = None
 
-    def invoke_start(self, device, method, **kwargs):
-        out = self.invoke(device, method, **kwargs)
-        gate = self.gate if method == "submit" else None
+    def start(self, device, name, call):
+        out = super().start(device, name, call).get()
+        gate = self.gate if name == "submit" else None
 
         async def wait():
             if gate is not None:

@@ -13,7 +13,8 @@ from pivot.runtime.gps_source import GPSParameterSource
 from pivot.runtime.mesh import MeshController
 from pivot.runtime.provision import spawn_host_service
 from pivot.shifting.role_shift import SlotKind
-from pivot.testing.shifting import InferenceContext, TinyMLP, TrainingContext, tiny_mlp_state
+from pivot.testing.runtime import SlotInferenceContext, SlotTrainingContext
+from pivot.testing.shifting import TinyMLP, tiny_mlp_state
 from pivot.types import GENRM, POLICY, Role
 
 POLICY_SIZES = (16, 32, 4)
@@ -43,9 +44,9 @@ def source(models):
 @pytest.fixture(scope="session")
 def factories():
     return {
-        Role.ROLLOUT: functools.partial(InferenceContext, Role.ROLLOUT, 512, 64),
-        Role.REWARD: functools.partial(InferenceContext, Role.REWARD, 256, 64),
-        Role.TRAINING: functools.partial(TrainingContext, TinyMLP(POLICY_SIZES)),
+        Role.ROLLOUT: functools.partial(SlotInferenceContext, Role.ROLLOUT, 512, 64),
+        Role.REWARD: functools.partial(SlotInferenceContext, Role.REWARD, 256, 64),
+        Role.TRAINING: functools.partial(SlotTrainingContext, TinyMLP(POLICY_SIZES)),
     }
 
 

@@ -56,15 +56,15 @@ def test_a_call_to_a_killed_slot_fails_once_supervision_reports_it_not_at_its_ti
     m = idle_mesh
     m.shifter.shift_up(Role.ROLLOUT, "ro-d", (2,))
     pid = m.describe(2)["pid"]
-    assert isinstance(m.invoke_start(2, "describe").get(), dict)   # alive: it answers
+    assert m.engine(2).stats().get()["running"] == 0   # alive: it answers
     os.kill(pid, signal.SIGKILL)  # a process this test's fixture started
     t = time.monotonic()
     with pytest.raises(SlotProcessDied, match="slot 2 .* process died"):
-        asyncio.run(m.invoke_start(2, "describe").wait())
+        asyncio.run(m.engine(2).stats().wait())
     waited = time.monotonic() - t
     assert waited < m.timeout / 2, f"{waited:.1f} s: the call waited for its timeout"
     with pytest.raises(SlotProcessDied):   # the blocking form, at once now
-        m.invoke(2, "describe")
+        m.engine(2).stats().get()
     info = m.describe_all()   # the others answer; the dead one says so
     assert info[2] == {"device": 2, "dead": True, "role": None, "replica_id": None}
     assert [i["device"] for i in info] == [0, 1, 2, 3]

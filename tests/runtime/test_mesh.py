@@ -4,7 +4,9 @@ import pytest
 import torch
 
 from pivot.errors import StateError
+from pivot.roles.engine.requests import GenRequest
 from pivot.shifting.role_shift import SlotKind
+from pivot.testing.runtime import seed_batch
 from pivot.types import GENRM, POLICY, Role
 
 pytestmark = pytest.mark.monarch
@@ -56,7 +58,7 @@ def test_training_optimizer_state_survives_a_shift_bit_identical(idle_mesh):
     m.shifter.shift_up(Role.TRAINING, "tr-0", devs)
     for d in devs:
         for step in range(3):
-            m.invoke(d, "train_step", seed=step)
+            m.trainer(d).train_step(seed_batch(step)).get()
     m.write_back(2)
     before = {d: m.tensors(d, Role.TRAINING, "optimizer_state") for d in devs}
     grads = m.tensors(3, Role.TRAINING, "gradients")
@@ -78,7 +80,7 @@ def test_training_optimizer_state_survives_a_shift_bit_identical(idle_mesh):
     assert_same(m.tensors(2, Role.TRAINING, "weights"), weights)
     assert_same(m.tensors(3, Role.TRAINING, "gradients"), grads)
     assert m.describe(2)["contexts"]["training"]["offloaded_bytes"] == 0
-    assert isinstance(m.invoke(2, "train_step", seed=9), float)
+    assert isinstance(m.trainer(2).train_step(seed_batch(9)).get()["loss"], float)
 
 
 def test_a_slot_refuses_a_shift_that_disagrees_with_what_it_holds(idle_mesh):
@@ -89,5 +91,27 @@ def test_a_slot_refuses_a_shift_that_disagrees_with_what_it_holds(idle_mesh):
     with pytest.raises(StateError, match="device 0 .* is active in reward replica rm-x"):
         m.shifter.shift_up(Role.ROLLOUT, "ro-x", (0,))
     assert m.describe(0)["role"] is Role.REWARD
-    with pytest.raises(Exception, match="no method 'nope'"):
-        m.invoke(0, "nope")
+    with pytest.raises(Exception, match=r"train_step \(trainer endpoint\) is for a training "
+                                        r"replica; the slot holds reward replica rm-x"):
+        m.trainer(0).train_step(seed_batch(0)).get()
+
+
+def test_engine_calls_reach_the_active_engine_and_other_roles_refuse_them(idle_mesh):
+    m = idle_mesh
+    with pytest.raises(Exception, match="submit: no active role; shift up to rollout or "
+                                        "reward first"):
+        m.engine(1).submit([GenRequest(0, [1, 2, 3])]).get()
+    m.shifter.shift_up(Role.ROLLOUT, "ro-e", (1,))
+    calls = [m.engine(1).submit([GenRequest(s, [1, 2, 3], generated=[7] * s)])
+             for s in (0, 1)]   # started together, waited for together
+    assert [c.get() for c in calls] == [[None], [None]]
+    assert m.engine(1).poll().get() == ({}, {0: 3, 1: 4})
+    aborted = m.engine(1).abort([1]).get()
+    assert (aborted[1].tokens, aborted[1].finish_reason) == ([7], "abort")
+    assert m.engine(1).stats().get()["running"] == 1
+    m.engine(1).abort([0]).get()
+    m.shifter.shift_down("ro-e", Role.TRAINING)
+    m.shifter.shift_up(Role.TRAINING, "tr-e", (1,))
+    with pytest.raises(Exception, match=r"collect \(engine endpoint\) is for a rollout or "
+                                        r"reward replica; the slot holds training replica tr-e"):
+        m.engine(1).collect().get()

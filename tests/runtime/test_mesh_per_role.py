@@ -1,6 +1,6 @@
-"""A slot as one process per role (``Backend.proc_per_role``, issue 15 item 2): the
-controller routes each shift and call to the role's process, and the device stays one
-device to the shifter, the device map and fault handling."""
+"""A slot as one process per role (``Backend.proc_per_role``): the controller routes each
+shift and role call to the role's process, and the device stays one device to the
+shifter, the device map and fault handling."""
 
 import os
 import signal
@@ -12,6 +12,7 @@ import torch
 from pivot.errors import StateError
 from pivot.runtime.mesh import MeshController
 from pivot.shifting.role_shift import SlotKind
+from pivot.testing.runtime import seed_batch
 from pivot.types import GENRM, POLICY, Role
 
 pytestmark = pytest.mark.monarch
@@ -59,8 +60,8 @@ def test_shifts_and_calls_go_to_the_active_roles_process(role_mesh, models):
     sh.shift_down("rm-0")
 
     sh.shift_up(Role.TRAINING, "tr-0", (0, 1))
-    losses = [m.invoke(d, "train_step", seed=3) for d in (0, 1)]
-    assert all(isinstance(x, float) for x in losses)
+    steps = [m.trainer(d).train_step(seed_batch(3)) for d in (0, 1)]
+    assert all(isinstance(s.get()["loss"], float) for s in steps)
     m.write_back(0)
     # a shift of a Writing replica's devices is refused until the Write returns
     w = m.write_back_replica((0,))
@@ -71,7 +72,7 @@ def test_shifts_and_calls_go_to_the_active_roles_process(role_mesh, models):
     assert any(not torch.equal(trained[k], models[POLICY][k]) for k in trained)
     sh.shift_down("tr-0")
     with pytest.raises(Exception, match="no active role"):
-        m.invoke(0, "train_step", seed=1)   # routed to the training proc, now idle
+        m.trainer(0).train_step(seed_batch(1)).get()   # to the training proc, now idle
     sh.shift_up(Role.ROLLOUT, "ro-1", (1,))
     assert_same(m.tensors(1, Role.ROLLOUT, "weights"), trained)  # Reads the Write
     sh.shift_down("ro-1")
