@@ -17,8 +17,7 @@ b. A GRPO step and a shift (sec. 5.2, 8.1): the Qwen2 trainer model at Qwen2.5-0
 c. The product's trainer (``pivot.roles.trainer.Trainer``, ``pivot/gpu_check/trainer.py``):
    bf16, built on the meta device, filled by rows from a safetensors checkpoint, a GRPO
    step, a shift down (offload + release) with the device memory returned and a shift up
-   whose log-probs equal the checkpoint's bit for bit. Skipped where torchtitan does not
-   import.
+   whose log-probs equal the checkpoint's bit for bit.
 d. The product's GPS path (``pivot/gpu_check/gps.py``): its client and host-local
    transport Write device parameters into a ``/dev/shm`` arena and Read them back into
    preallocated device parameters at Qwen2.5-1.5B and 7B shapes, each arena registered
@@ -27,8 +26,22 @@ d. The product's GPS path (``pivot/gpu_check/gps.py``): its client and host-loca
 
 The model is torchtitan's (``pivot.roles.titan.qwen2``) when torchtitan imports and runs
 on this torch; otherwise transformers' ``Qwen2ForCausalLM`` (same maths; the JSON says
-which, and why; ``--model`` forces one). Nothing here imports vLLM, Monarch or NIXL (the
-GPU machine has none); a part that fails is recorded in the JSON and the other still runs.
+which, and why; ``--model`` forces one). A part that fails is recorded in the JSON and the
+others still run.
+
+What it imports: torch, always (``--help`` and part a need nothing else); nothing of vLLM,
+Monarch or NIXL, on any path. The GPU machine it is meant for may lack more than those, so
+a part whose packages are missing is skipped, with the reason in the JSON (``skipped``:
+part -> why) and on the console, and is not a failure:
+
+- b needs torchtitan, or transformers (which needs numpy);
+- c needs torchtitan (and triton, which it imports) and safetensors; numpy is not needed
+  (without it the checkpoint is written by hand, in the same format);
+- d needs numpy and gin-config (the product's GPS client: ``pivot.gps.layout`` computes
+  with numpy, ``pivot.gps.lease`` is gin-configurable).
+
+Anything else that goes wrong, a missing package's failure included where ``--model``
+asked for it, fails the run.
 
 Without CUDA it exits with code 2, unless ``--cpu_dry_run``: then the same code paths run
 on tiny shapes on the CPU, in plain (unpinned) memory, so CI runs them.
@@ -59,8 +72,8 @@ if __package__ in (None, "") and str(REPO) not in sys.path:
 
 import torch  # noqa: E402
 
-from pivot.gpu_check.common import (GiB, Setup, _gbps, _size, peak_h2d,  # noqa: E402
-                                    timed)
+from pivot.gpu_check.common import (GiB, Setup, _gbps, _size,  # noqa: E402
+                                    missing_package, peak_h2d, timed, why)
 from pivot.roles.titan.qwen2_config import Qwen2Shape  # noqa: E402
 
 logger = logging.getLogger("gpu_check")
@@ -143,7 +156,7 @@ def build_policy(setup: Setup, config: dict, seq: int, model: str, seed: int = 0
     """(module, forward(ids) -> logits, description, why not torchtitan): torchtitan's
     Qwen2 when ``model`` allows it and it builds on this torch, else transformers'
     Qwen2ForCausalLM."""
-    why = "--model transformers"
+    why_not = "--model transformers"
     if model != "transformers":
         try:
             from pivot.roles.titan.qwen2 import build_qwen2, qwen2_model_config
@@ -154,16 +167,16 @@ def build_policy(setup: Setup, config: dict, seq: int, model: str, seed: int = 0
         except Exception as e:  # noqa: BLE001  (torchtitan absent or not working on this torch: fall back, recorded)
             if model == "torchtitan":
                 raise
-            why = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+            why_not = why(e)
             logger.info("torchtitan Qwen2 unavailable (%s); using transformers' "
-                        "Qwen2ForCausalLM", why)
+                        "Qwen2ForCausalLM", why_not)
     import transformers
 
     keep = {k: v for k, v in config.items() if k not in ("architectures", "torch_dtype")}
     torch.manual_seed(seed)
     with torch.device(setup.device):
         m = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**keep))
-    return m, (lambda ids: m(ids).logits), "transformers Qwen2ForCausalLM", why
+    return m, (lambda ids: m(ids).logits), "transformers Qwen2ForCausalLM", why_not
 
 
 def grpo_batch(setup: Setup, vocab: int, seed: int):
@@ -263,18 +276,26 @@ def grpo_shift(setup: Setup, model: str = "auto") -> dict:
     """One GRPO step, then offload -> reload against a snapshot and a no-offload twin.
 
     ``model``: "auto" (torchtitan, else transformers; also when torchtitan's model fails
-    mid-step), "torchtitan" or "transformers"."""
+    mid-step; skipped, with the reason, when neither package is there), "torchtitan" or
+    "transformers"."""
     if model == "auto":
         try:
             return grpo_shift(setup, "torchtitan")
         except Exception as e:  # noqa: BLE001  (torchtitan fails on this torch: the step runs on transformers' model, recorded)
-            why = f"{type(e).__name__}: {e}".splitlines()[0][:300]
-            logger.info("torchtitan Qwen2 failed (%s); rerunning on transformers' model", why)
-            gc.collect()
-            setup.free_bytes()
+            titan_error = e
+            logger.info("torchtitan Qwen2 failed (%s); rerunning on transformers' model",
+                        why(e))
+        gc.collect()
+        setup.free_bytes()
+        try:
             res = grpo_shift(setup, "transformers")
-            res["fallback_reason"] = why
-            return res
+        except ModuleNotFoundError as e:
+            if not (missing_package(e) and missing_package(titan_error)):
+                raise
+            return {"skipped": f"no model to step: torchtitan's Qwen2 ({why(titan_error)}) "
+                               f"and transformers' ({why(e)}) do not import"}
+        res["fallback_reason"] = why(titan_error)
+        return res
     from pivot.roles.titan.context import HostStash
 
     name, config = setup.step_model
@@ -339,13 +360,14 @@ def grpo_shift(setup: Setup, model: str = "auto") -> dict:
 
 def checks(res: dict) -> dict[str, bool]:
     out: dict[str, bool] = {f"{k}_ran": "error" not in res[k]
-                            for k in ("bandwidth", "grpo_shift") if k in res}
-    if "bandwidth" in res and out["bandwidth_ran"]:
+                            for k in ("bandwidth", "grpo_shift")
+                            if k in res and "skipped" not in res[k]}
+    if out.get("bandwidth_ran"):
         bw = res["bandwidth"]
         out["peak_copy_right"] = bw["peak_h2d"]["copied_right"]
         for r in bw["reads"]:
             out[f"read_bit_exact[{r['model']}]"] = r["bit_exact"]
-    if "grpo_shift" in res and out["grpo_shift_ran"]:
+    if out.get("grpo_shift_ran"):
         g = res["grpo_shift"]
         out.update({f"bit_exact[{k.rstrip('.')}]": v
                     for k, v in g["bit_exact_after_reload"].items()})
@@ -436,12 +458,17 @@ def run(setup: Setup, args: argparse.Namespace) -> int:
         from pivot.gpu_check.gps import gps_checks
 
         res["checks"].update(gps_checks(res["gps"], on_gpu=not setup.dry_run))
+    res["skipped"] = {k: v["skipped"] for k, v in res.items()
+                      if isinstance(v, dict) and "skipped" in v}
     res["passed"] = all(res["checks"].values())
     res["seconds"] = time.perf_counter() - t0
     out.write_text(json.dumps(res, indent=1, default=str))
     failed = [k for k, v in res["checks"].items() if not v]
-    logger.info("%s in %.0f s; %s; wrote %s", "PASSED" if not failed else "FAILED",
-                res["seconds"], f"failed: {failed}" if failed else "all checks pass", out)
+    for part, reason in res["skipped"].items():
+        logger.info("%s skipped: %s", part, reason)
+    logger.info("%s in %.0f s; %s%s; wrote %s", "PASSED" if not failed else "FAILED",
+                res["seconds"], f"failed: {failed}" if failed else "all checks pass",
+                f" (skipped: {', '.join(res['skipped'])})" if res["skipped"] else "", out)
     return 0 if not failed else 1
 
 

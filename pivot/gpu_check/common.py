@@ -1,7 +1,11 @@
 """What every part of the GPU check shares: where it runs (a CUDA device with pinned host
-memory, or the CPU dry run), timing, and the peak host-to-device copy the GPS Read is
-measured against (sec. 5.1). Imports torch only (the lent GPU machine has no vLLM, Monarch
-or NIXL)."""
+memory, or the CPU dry run), timing, the peak host-to-device copy the GPS Read is measured
+against (sec. 5.1), and how a part that needs a package the machine lacks says so.
+
+Imports torch only (and ``pivot.roles.titan.qwen2_config``, which imports no more): the GPU
+machine a check is run on may have nothing else (no vLLM, Monarch, NIXL or torchtitan, and
+perhaps no gin-config or numpy).
+"""
 
 from __future__ import annotations
 
@@ -20,6 +24,29 @@ TINY = {"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128,
 """The dry run's stand-in for every model (a tiny tied Qwen2)."""
 
 GiB = 1 << 30
+
+OPTIONAL = ("torchtitan", "triton", "transformers", "safetensors", "numpy", "gin")
+"""Packages a part may need that the GPU machine may lack (the part is then skipped, with
+the reason): torchtitan (its Qwen2 and the product's trainer; triton, which it imports),
+transformers (the fallback model; needs numpy), safetensors (the trainer's checkpoint),
+numpy and gin-config (the product's GPS client: ``pivot.gps.layout`` computes with numpy,
+``pivot.gps.lease`` is gin-configurable)."""
+
+
+def missing_package(e: BaseException) -> str | None:
+    """The package of :data:`OPTIONAL` whose absence raised ``e`` (a ModuleNotFoundError
+    naming it, directly or as the cause), or None: any other error is a failure."""
+    while e is not None:
+        if isinstance(e, ModuleNotFoundError) and e.name:
+            top = e.name.split(".")[0]
+            return top if top in OPTIONAL else None
+        e = e.__cause__
+    return None
+
+
+def why(e: BaseException) -> str:
+    """``e`` as one line for the JSON."""
+    return f"{type(e).__name__}: {e}".splitlines()[0][:300]
 
 
 class Setup:

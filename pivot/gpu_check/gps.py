@@ -15,7 +15,9 @@ drawn on the device), it measures:
 - the bytes registered (once per mapping: a host recycles one arena, so two in a run);
 - every parameter bit-exact after a Read (redrawn from its seed on the device).
 
-Imports no vLLM, Monarch or NIXL. A model whose arenas do not fit the shared-memory
+Imports no vLLM, Monarch or NIXL. The client needs numpy (``pivot.gps.layout``) and
+gin-config (``pivot.gps.lease``, through ``pivot.gps.storage``): where either is missing
+the part is skipped with the reason. A model whose arenas do not fit the shared-memory
 folder's free space is skipped with the reason. The dry run (CPU) runs the same client and
 transport on the tiny shapes, without registration (nothing is on a GPU).
 """
@@ -119,10 +121,30 @@ def _one_model(setup, name: str, config: dict, repeats: int, peak_gbps: float | 
     return out
 
 
+def _gin_config() -> bool:
+    """Whether ``import gin`` is gin-config. Without it, run from a checkout, ``gin`` is
+    the repository's folder of .gin files, which imports as an empty namespace package
+    (and ``pivot.gps.lease``'s ``@gin.configurable`` fails with an AttributeError)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("gin")
+    return spec is not None and spec.origin not in (None, "namespace")
+
+
 def gps_check(setup, repeats: int) -> dict:
     """Part d for every model of ``setup``; the peak from one plain (pinned) copy."""
-    from pivot.gpu_check.common import peak_h2d
+    from pivot.gpu_check.common import missing_package, peak_h2d, why
 
+    needs = "the product's GPS client needs numpy and gin-config"
+    if not _gin_config():
+        return {"skipped": f"{needs} (gin-config is not installed)"}
+    try:
+        import pivot.gps.client  # noqa: F401
+        import pivot.gps.storage  # noqa: F401
+    except ModuleNotFoundError as e:
+        if missing_package(e) not in ("numpy", "gin"):
+            raise
+        return {"skipped": f"{needs} ({why(e)})"}
     peak = peak_h2d(setup, repeats)
     res = {"peak_h2d_best_gbps": peak["best_gbps"], "models": []}
     for name, cfg in setup.models.items():
@@ -142,6 +164,8 @@ def gps_check(setup, repeats: int) -> dict:
 
 
 def gps_checks(res: dict, on_gpu: bool) -> dict[str, bool]:
+    if "skipped" in res:
+        return {}
     if "error" in res:
         return {"gps_ran": False}
     out = {"gps_ran": True}

@@ -1,5 +1,6 @@
-"""Part c of ``launchers/gpu_check.py``: the product's own trainer on the device (issue 15,
-item 3).
+"""Part c of ``launchers/gpu_check.py``: the product's own trainer on the device, as the
+cluster driver builds it on a GPU (bf16, meta-device build, rows from a checkpoint, a shift
+down and up), which no other check runs there.
 
 ``pivot.roles.trainer.Trainer`` with ``device`` = the check's device, ``precision='bf16'``
 and ``meta_init=True``, on Qwen2.5-0.5B shapes (the dry run: the tiny Qwen2): built on the
@@ -10,14 +11,18 @@ checkpoint) with the device memory returned measured, and the log-probs before a
 the round trip compared bit for bit (the weights reloaded are the checkpoint's, so the
 step's update is undone: the log-probs compared are those of the loaded checkpoint).
 
-Needs torchtitan (``pivot.roles.titan``); where it does not import, the part is recorded
-as skipped with the reason, not failed.
+Needs torchtitan (``pivot.roles.titan``) and safetensors; where either does not import,
+the part is recorded as skipped with the reason, not failed. Not numpy: safetensors'
+``save_file`` needs it, so without it the checkpoint is written here, in the same format
+(read back by safetensors' own reader).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
+import struct
 import tempfile
 import time
 from pathlib import Path
@@ -27,11 +32,34 @@ import torch
 logger = logging.getLogger("gpu_check")
 
 
+_DTYPES = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32"}
+
+
+def save_safetensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    """The safetensors format without numpy (which ``safetensors.torch.save_file`` imports):
+    a little-endian u64 header length, the JSON header (dtype, shape, byte range of each
+    tensor) padded with spaces to 8 bytes, then the raw little-endian data in that order."""
+    header, blobs, off = {}, [], 0
+    for name in sorted(tensors):
+        t = tensors[name].detach().contiguous().cpu()
+        n = t.numel() * t.element_size()
+        header[name] = {"dtype": _DTYPES[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [off, off + n]}
+        blobs.append((t, n))
+        off += n
+    head = json.dumps(header, separators=(",", ":")).encode()
+    head += b" " * (-len(head) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(head)))
+        f.write(head)
+        for t, n in blobs:
+            if n:
+                f.write(ctypes.string_at(t.data_ptr(), n))
+
+
 def _write_checkpoint(folder: Path, config: dict, seed: int) -> int:
     """config.json and one safetensors file of random HF tensors (std 0.02) for every
     tensor the trainer's model asks for; returns the bytes written."""
-    from safetensors.torch import save_file
-
     from pivot.roles.titan.family import family_of
     from pivot.roles.titan.hf_shards import hf_shapes
 
@@ -44,7 +72,14 @@ def _write_checkpoint(folder: Path, config: dict, seed: int) -> int:
                for k, s in hf_shapes(model, fam.adapter(mc)).items()}
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(config))
-    save_file(tensors, str(folder / "model.safetensors"))
+    try:
+        from safetensors.torch import save_file
+
+        save_file(tensors, str(folder / "model.safetensors"))
+    except ModuleNotFoundError as e:
+        if e.name != "numpy":
+            raise
+        save_safetensors(tensors, folder / "model.safetensors")
     return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
@@ -53,6 +88,8 @@ def trainer_check(setup, batch_fn) -> dict:
     try:
         import pivot.roles.titan.qwen2  # noqa: F401  (torchtitan, imported by the build)
         from pivot.roles.titan.hf_shards import SafetensorsRows
+        import safetensors  # noqa: F401  (the checkpoint's reader)
+
         from pivot.roles.trainer import TrainBatch, Trainer
     except ImportError as e:
         return {"skipped": f"pivot.roles.trainer does not import here: {e}"}
