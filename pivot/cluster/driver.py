@@ -32,7 +32,6 @@ from pivot.cluster.faults import stopped_by
 from pivot.cluster.group import ClusterGroup
 from pivot.cluster.stack import ClusterStack
 from pivot.planner.monitor import RoleShape
-from pivot.planner.plan import ShiftDown, ShiftPlan
 from pivot.rl import checkpoint
 from pivot.rl.data import PromptStream
 from pivot.rl.lengths import length_report
@@ -44,7 +43,7 @@ from pivot.runtime.pending import SlotProcessDied
 from pivot.scheduler.scheduler import ShiftAwareScheduler
 from pivot.scheduler.throughput import BinaryThroughputModel, ThroughputModel
 from pivot.spec.deployment import Deployment
-from pivot.types import GENRM, INFERENCE_ROLES, POLICY, Role
+from pivot.types import GENRM, INFERENCE_ROLES, POLICY, Role, ShiftDown, ShiftPlan
 
 log = logging.getLogger(__name__)
 

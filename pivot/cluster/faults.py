@@ -42,10 +42,9 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from pivot.planner.plan import ShiftDown, ShiftPlan
 from pivot.runtime.pending import SlotProcessDied
 from pivot.runtime.waits import Steps, run_async
-from pivot.types import Role
+from pivot.types import Role, ShiftDown, ShiftPlan
 
 log = logging.getLogger(__name__)
 

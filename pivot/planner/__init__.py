@@ -1,7 +1,7 @@
 """The planner (sec. 7, app. D): monitor snapshot in, shift plan out.
 
     planner = PivotPlanner(rollout_model, reward_model, H=60.0)
-    plan = planner.plan(snapshot)   # ShiftPlan or None
+    plan = planner.plan(snapshot)   # pivot.types.ShiftPlan or None
 
 Strategies behind the same interface: ``NoShiftPlanner`` (static allocation),
 ``StaticPlanner``, ``RuleBasedPlanner``, and the ablations ``VanillaPlanner`` and
@@ -11,10 +11,9 @@ Strategies behind the same interface: ``NoShiftPlanner`` (static allocation),
 
 from pivot.planner.base import Planner
 from pivot.planner.baselines import ColocatedPlanner, RolloutRewardColocatedPlanner
-from pivot.planner.plan import ShiftDown, ShiftPlan
 from pivot.planner.pivot_planner import PivotPlanner, ThroughputModelPlanner, VanillaPlanner
 from pivot.planner.strategies import NoShiftPlanner, RuleBasedPlanner, StaticPlanner
 
-__all__ = ["Planner", "ShiftDown", "ShiftPlan", "PivotPlanner", "ThroughputModelPlanner",
+__all__ = ["Planner", "PivotPlanner", "ThroughputModelPlanner",
            "VanillaPlanner", "NoShiftPlanner", "RuleBasedPlanner", "StaticPlanner",
            "ColocatedPlanner", "RolloutRewardColocatedPlanner"]

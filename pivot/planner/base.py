@@ -8,10 +8,9 @@ import abc
 from pivot.config.validation import check_bool
 from pivot.errors import StateError
 from pivot.planner.blocks import free_blocks
-from pivot.planner.plan import ShiftDown, ShiftPlan
 from pivot.planner.shift_pairs import _host_groups, devices_per_host
 from pivot.scheduler.throughput import ThroughputModel
-from pivot.types import INFERENCE_ROLES, Role, WorkloadSnapshot
+from pivot.types import INFERENCE_ROLES, Role, ShiftDown, ShiftPlan, WorkloadSnapshot
 
 
 class Planner(abc.ABC):

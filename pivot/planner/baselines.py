@@ -14,8 +14,7 @@ from collections.abc import Callable
 import gin
 
 from pivot.planner.base import Planner
-from pivot.planner.plan import ShiftDown, ShiftPlan
-from pivot.types import INFERENCE_ROLES, Role, WorkloadSnapshot
+from pivot.types import INFERENCE_ROLES, Role, ShiftDown, ShiftPlan, WorkloadSnapshot
 
 
 class _PhasedPlanner(Planner):

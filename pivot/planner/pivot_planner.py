@@ -17,13 +17,12 @@ from pivot.planner.base import Planner
 from pivot.planner.blocks import check_blocks_fit
 from pivot.planner.candidates import candidate_set
 from pivot.planner.evaluate import IncrementalShiftDown, IncrementalShiftUp, overall_throughput
-from pivot.planner.plan import ShiftDown, ShiftPlan
 from pivot.planner.shift_pairs import (ShiftPair, choose_shift_up_role,
                                        prepare_aligned_shift_pairs, prepare_shift_pairs,
                                        role_throughput)
 from pivot.scheduler import kernels
 from pivot.scheduler.throughput import BinaryThroughputModel, ThroughputModel
-from pivot.types import Role, RoleLoad, WorkloadSnapshot
+from pivot.types import Role, RoleLoad, ShiftDown, ShiftPlan, WorkloadSnapshot
 
 
 @gin.configurable

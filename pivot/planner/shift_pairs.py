@@ -14,9 +14,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from pivot.planner.blocks import aligned_blocks
-from pivot.planner.plan import ShiftDown
 from pivot.scheduler.throughput import ThroughputModel
-from pivot.types import Role, RoleLoad, WorkloadSnapshot
+from pivot.types import Role, RoleLoad, ShiftDown, WorkloadSnapshot
 
 INFINITE = float("inf")
 

@@ -15,9 +15,8 @@ import gin
 
 from pivot.config.validation import check, check_range
 from pivot.planner.base import Planner
-from pivot.planner.plan import ShiftDown, ShiftPlan
 from pivot.scheduler.throughput import ThroughputModel
-from pivot.types import INFERENCE_ROLES, Role, RoleLoad, WorkloadSnapshot
+from pivot.types import INFERENCE_ROLES, Role, RoleLoad, ShiftDown, ShiftPlan, WorkloadSnapshot
 
 
 @gin.configurable

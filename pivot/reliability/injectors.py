@@ -24,11 +24,10 @@ from pivot.config.validation import check_bool, check_range, default_of
 from pivot.errors import StateError
 from pivot.planner.base import Planner
 from pivot.planner.blocks import aligned_blocks, free_blocks
-from pivot.planner.plan import ShiftDown, ShiftPlan
 from pivot.planner.shift_pairs import _host_groups
 from pivot.planner.shift_pairs import devices_per_host as largest_host
 from pivot.shifting.role_shift import SlotKind
-from pivot.types import INFERENCE_ROLES, Role, WorkloadSnapshot
+from pivot.types import INFERENCE_ROLES, Role, ShiftDown, ShiftPlan, WorkloadSnapshot
 
 log = logging.getLogger(__name__)
 

@@ -22,11 +22,10 @@ from typing import Any, Protocol
 
 from pivot.errors import StateError
 from pivot.runtime.waits import Steps, run_async, run_blocking
-from pivot.planner.plan import ShiftDown, ShiftPlan
 from pivot.shifting.device_map import DeviceMap
 from pivot.shifting.role_shift import SlotKind
 from pivot.shifting.shifter import ShiftError, Shifter
-from pivot.types import INFERENCE_ROLES, ReplicaView, Role
+from pivot.types import INFERENCE_ROLES, ReplicaView, Role, ShiftDown, ShiftPlan
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,6 @@ import numpy as np
 from pivot.config.validation import check, check_range
 from pivot.errors import ConfigError
 from pivot.planner.monitor import RoleShape, snapshot
-from pivot.planner.plan import ShiftDown, ShiftPlan
 from pivot.planner.blocks import check_blocks_fit, free_blocks
 from pivot.planner.shift_pairs import _host_groups
 from pivot.scheduler.scheduler import ShiftAwareScheduler
@@ -34,7 +33,7 @@ from pivot.spec.model_group import ModelGroup
 from pivot.sim.engine import REPLICA, TICK, TRAIN_DONE, TRAIN_START, SimCluster, VirtualClock
 from pivot.sim.metrics import SimResult, Tracer
 from pivot.sim.workflow import Workflow
-from pivot.types import INFERENCE_ROLES, Role, TrainingLoad
+from pivot.types import INFERENCE_ROLES, Role, ShiftDown, ShiftPlan, TrainingLoad
 
 log = logging.getLogger(__name__)
 

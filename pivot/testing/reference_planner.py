@@ -15,13 +15,12 @@ import numpy as np
 from pivot.errors import StateError
 from pivot.planner.evaluate import overall_throughput
 from pivot.planner.pivot_planner import PivotPlanner, _keep_replicas
-from pivot.planner.plan import ShiftPlan
 from pivot.planner.shift_pairs import ShiftPair, prepare_shift_pairs, role_throughput
 from pivot.scheduler.actions import Abort, Action, Dispatch
 from pivot.scheduler.load import LoadArrays
 from pivot.scheduler.migration import shift_down_migration, shift_up_migration
 from pivot.scheduler.throughput import ThroughputModel
-from pivot.types import ReplicaView, Role, RoleLoad, WorkloadSnapshot
+from pivot.types import ReplicaView, Role, RoleLoad, ShiftPlan, WorkloadSnapshot
 
 Choice = tuple[tuple[int, int], ...]
 

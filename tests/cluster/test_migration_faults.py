@@ -11,7 +11,6 @@ import pytest
 from pivot.cluster.faults import SlotDied, SlotFaults
 from pivot.cluster.fleet import Fleet
 from pivot.models.tokenizer import TextCodec
-from pivot.planner.plan import ShiftDown, ShiftPlan
 from pivot.rl.data import PromptStream
 from pivot.rl.staleness import StalenessBound
 from pivot.rl.workflow import RLWorkflow
@@ -23,7 +22,7 @@ from pivot.shifting.executor import ShiftExecutor
 from pivot.shifting.role_shift import SlotKind
 from pivot.shifting.shifter import ShiftResult, Shifter
 from pivot.testing.fleet import FakeCtl
-from pivot.types import GENRM, INFERENCE_ROLES, POLICY, ReplicaView, Role
+from pivot.types import GENRM, INFERENCE_ROLES, POLICY, ReplicaView, Role, ShiftDown, ShiftPlan
 
 KV = 1000
 

@@ -10,7 +10,6 @@ from hypothesis import given, settings, strategies as st
 
 from pivot.errors import ConfigError, StateError
 from pivot.planner import PivotPlanner
-from pivot.planner.plan import ShiftDown
 from pivot.planner.blocks import (aligned_blocks, check_blocks_fit, free_blocks, host_slots,
                                   is_aligned, misaligned)
 from pivot.planner.shift_pairs import prepare_aligned_shift_pairs, prepare_shift_pairs
@@ -20,7 +19,7 @@ from pivot.shifting.device_map import DeviceMap
 from pivot.planner.baselines import ColocatedPlanner, RolloutRewardColocatedPlanner
 from pivot.testing.layouts import random_snapshot
 from pivot.testing.planner import MODEL, fill
-from pivot.types import ReplicaView, Role, RoleLoad, TrainingLoad, WorkloadSnapshot
+from pivot.types import ReplicaView, Role, RoleLoad, ShiftDown, TrainingLoad, WorkloadSnapshot
 
 MODELS = {Role.ROLLOUT: MODEL, Role.REWARD: MODEL}
 

@@ -5,7 +5,7 @@ import itertools
 from hypothesis import given, settings, strategies as st
 
 from pivot.planner.candidates import construct_candidates
-from pivot.planner.plan import ShiftDown
+from pivot.types import ShiftDown
 from pivot.planner.shift_pairs import ShiftPair
 
 

@@ -10,7 +10,6 @@ from hypothesis import given, settings, strategies as st
 from pivot.planner import PivotPlanner
 from pivot.planner.candidates import candidate_set, construct_candidates
 from pivot.planner.evaluate import IncrementalShiftDown, IncrementalShiftUp
-from pivot.planner.plan import ShiftDown
 from pivot.planner.shift_pairs import ShiftPair
 from pivot.scheduler import ShiftAwareScheduler, ThroughputModel
 from pivot.scheduler.throughput import BinaryThroughputModel
@@ -18,7 +17,7 @@ from pivot.testing.reference_planner import (ReferenceIncrementalShiftDown,
                                              ReferenceIncrementalShiftUp,
                                              ReferencePivotPlanner,
                                              reference_construct_candidates)
-from pivot.types import (ReplicaView, Role, RoleLoad, SequenceState, TrainingLoad,
+from pivot.types import (ReplicaView, Role, RoleLoad, SequenceState, ShiftDown, TrainingLoad,
                          WorkloadSnapshot)
 
 MODELS = [ThroughputModel(A=2e-6, B=0.02, C=4e-4, D=0.005),

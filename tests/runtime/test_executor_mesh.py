@@ -2,13 +2,12 @@
 
 import pytest
 
-from pivot.planner.plan import ShiftDown, ShiftPlan
 from pivot.scheduler import Abort, ShiftAwareScheduler, ThroughputModel
 from pivot.shifting.device_map import replay
 from pivot.shifting.executor import MigrationStats, ShiftExecutor
 from pivot.shifting.role_shift import SlotKind
 from pivot.shifting.shifter import ShiftError
-from pivot.types import GENRM, ReplicaView, Role, SequenceState
+from pivot.types import GENRM, ReplicaView, Role, SequenceState, ShiftDown, ShiftPlan
 
 pytestmark = pytest.mark.monarch
 

@@ -3,12 +3,11 @@
 import pytest
 
 from pivot.errors import StateError
-from pivot.planner.plan import ShiftDown, ShiftPlan
 from pivot.shifting.device_map import DeviceMap, replay
 from pivot.shifting.executor import MigrationStats, ShiftExecutor
 from pivot.shifting.role_shift import SlotKind
 from pivot.shifting.shifter import ShiftError, ShiftResult, Shifter
-from pivot.types import Role
+from pivot.types import Role, ShiftDown, ShiftPlan
 
 
 class Clock:
