@@ -43,7 +43,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from pivot.runtime.pending import SlotProcessDied
-from pivot.runtime.waits import Steps, run_async
+from pivot.waits import Steps, run_async
 from pivot.types import Role, ShiftDown, ShiftPlan
 
 log = logging.getLogger(__name__)

@@ -40,7 +40,7 @@ class GPSActor(Actor):
         """``n`` distinct TCP ports free on this host now: the one actor on every host
         also answers for the rendezvous of the TP blocks the host holds
         (``pivot.cluster.contexts.rendezvous_ports``)."""
-        from pivot.runtime.ports import free_ports
+        from pivot.ports import free_ports
         return free_ports(n)
 
     @endpoint

@@ -39,7 +39,7 @@ from pivot.rl.clock import WallClock
 from pivot.rl.ports import (ControlPort, LoopStatus, RewardPort, RolloutPort, TrainerPort,
                             TrainingLost)
 from pivot.rl.workflow import RLWorkflow
-from pivot.runtime.waits import settle
+from pivot.waits import settle
 
 log = logging.getLogger(__name__)
 

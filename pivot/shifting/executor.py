@@ -21,11 +21,11 @@ from functools import partial
 from typing import Any, Protocol
 
 from pivot.errors import StateError
-from pivot.runtime.waits import Steps, run_async, run_blocking
 from pivot.shifting.device_map import DeviceMap
 from pivot.shifting.role_shift import SlotKind
 from pivot.shifting.shifter import ShiftError, Shifter
 from pivot.types import INFERENCE_ROLES, ReplicaView, Role, ShiftDown, ShiftPlan
+from pivot.waits import Steps, run_async, run_blocking
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ class ShiftExecutor:
     before_migrate_up: Callable[[Role, list[ReplicaView]], Steps[None] | None] | None = None
     """Called with the replicas that came up, before they get work (the cluster driver
     refreshes rollout replicas whose policy was published while they shifted up); it may
-    return steps (``pivot.runtime.waits``), which are run blocking or awaited."""
+    return steps (``pivot.waits``), which are run blocking or awaited."""
 
     def execute(self, plan: ShiftPlan) -> ShiftReport:
         """Runs ``plan``; raises StateError (nothing done) or ShiftError (with ``.report``)."""

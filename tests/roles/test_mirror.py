@@ -5,7 +5,7 @@ import multiprocessing as mp
 import os
 import traceback
 
-from pivot.runtime.ports import free_ports
+from pivot.ports import free_ports
 
 
 class RecordingEngine:

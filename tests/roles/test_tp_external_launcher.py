@@ -13,7 +13,7 @@ import pytest
 
 from pivot.errors import ConfigError
 from pivot.roles.engine.tp import StepDecision, check_tp_size, demo_script, torchrun_env
-from pivot.runtime.ports import free_ports
+from pivot.ports import free_ports
 
 
 def run_ranks(args: list[str], world_size: int, timeout: float) -> None:

@@ -2,9 +2,9 @@
 Dispatch actions (sec. 6.2, alg. 2) and times them as the paper's table 3 does (abort,
 dispatch, re-prefill).
 
-Each operation is written once as steps (``pivot.runtime.waits``): ``apply`` and
-``collect`` block, ``apply_async`` and ``collect_async`` await the replicas' calls, for a
-caller on the RL loop's event loop.
+Each operation is written once as steps (``pivot.waits``): ``apply`` and ``collect``
+block, ``apply_async`` and ``collect_async`` await the replicas' calls, for a caller on the
+RL loop's event loop.
 
 A handle is anything with the ``StepLoop`` calls ``submit`` / ``abort`` / ``collect`` /
 ``first_tokens``: a ``StepLoop`` in this process, the cluster driver's ``SlotHandle`` over
@@ -23,10 +23,10 @@ from typing import Protocol
 
 from pivot.errors import StateError
 from pivot.roles.engine.requests import GenRequest, SampleSpec, SeqResult
-from pivot.runtime.waits import Done, Steps, run_async, run_blocking
 from pivot.scheduler.actions import Abort, Dispatch
 from pivot.shifting.executor import MigrationStats
 from pivot.types import SequenceState
+from pivot.waits import Done, Steps, run_async, run_blocking
 
 log = logging.getLogger(__name__)
 
