@@ -40,7 +40,7 @@ class _Control:
 
 
 def _batch(rows: int, length: int, vocab: int, seed: int):
-    from pivot.roles.titan.batch import TrainBatch
+    from pivot.rl.batch import TrainBatch
 
     g = torch.Generator().manual_seed(seed)
     mask = torch.zeros(rows, length)

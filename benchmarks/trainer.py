@@ -34,7 +34,7 @@ def tiny_hf(seed: int = 0):
 
 def grpo_batch(rows: int, length: int, vocab: int, seed: int = 0):
     from pivot.losses.grpo import group_advantages
-    from pivot.roles.trainer import TrainBatch
+    from pivot.rl.batch import TrainBatch
 
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab, (rows, length), generator=g)

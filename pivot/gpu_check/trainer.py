@@ -90,7 +90,8 @@ def trainer_check(setup, batch_fn) -> dict:
         from pivot.roles.titan.hf_shards import SafetensorsRows
         import safetensors  # noqa: F401  (the checkpoint's reader)
 
-        from pivot.roles.trainer import TrainBatch, Trainer
+        from pivot.rl.batch import TrainBatch
+        from pivot.roles.trainer import Trainer
     except ImportError as e:
         return {"skipped": f"pivot.roles.trainer does not import here: {e}"}
     name, config = setup.step_model

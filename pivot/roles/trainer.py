@@ -39,14 +39,14 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 
 from pivot.errors import ConfigError, StateError
 from pivot.losses.grpo import GRPOLoss, token_logprobs
-from pivot.roles.titan.batch import TrainBatch
+from pivot.rl.batch import TrainBatch
 from pivot.roles.titan.context import HostStash, local_tensor, storage_bytes
 from pivot.roles.titan.family import family_of
 from pivot.roles.titan.sharding import build_on_meta, fully_shard_blocks, mixed_precision_policy
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Trainer", "TrainBatch"]
+__all__ = ["Trainer"]
 
 
 class Trainer:

@@ -10,7 +10,8 @@ import torch
 import torch.distributed as dist
 from monarch.actor import Actor, endpoint
 
-from pivot.roles.trainer import Trainer, TrainBatch
+from pivot.roles.trainer import Trainer
+from pivot.rl.batch import TrainBatch
 
 logger = logging.getLogger(__name__)
 

@@ -119,7 +119,7 @@ def _hf_logprobs(model, ids: torch.Tensor) -> torch.Tensor:
 def _make_batch(b: int = 8, length: int = 24, prompt: int = 6, seed: int = 0,
                 old_noise: float = 0.0, ref_lp: torch.Tensor | None = None):
     from pivot.losses.grpo import group_advantages
-    from pivot.roles.trainer import TrainBatch
+    from pivot.rl.batch import TrainBatch
 
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, TINY["vocab_size"], (b, length), generator=g)

@@ -15,7 +15,7 @@ import transformers
 from pivot.errors import ConfigError, StateError
 from pivot.roles.titan.context import CATEGORIES
 from pivot.roles.titan.model import Qwen3Shape
-from pivot.roles.trainer import TrainBatch
+from pivot.rl.batch import TrainBatch
 
 LOGPROB_ATOL = 1e-5  # fp32, same maths in a different order
 

@@ -69,7 +69,7 @@ def slots(tiny_model, request):
 
 
 def _batch(seed: int, vocab: int):
-    from pivot.roles.titan.batch import TrainBatch
+    from pivot.rl.batch import TrainBatch
 
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab, (12, 40), generator=g)
