@@ -42,7 +42,7 @@ FITTED = {"colocated": "gin/calibration/verl_colocated_fitted.gin",
 
 def _parse(row: cal.VerlRow, bindings: list[str], gin_file: str, steps: int,
            extra_files: tuple[str, ...] = ()):
-    from pivot.config import gin_setup
+    from pivot import gin_setup
     os.chdir(ROOT)
     if row.mode == "colocated":
         files = [gin_file, "gin/deployments/colocated.gin"]

@@ -283,7 +283,7 @@ def main() -> int:
     import os
     os.chdir(ROOT)
     from pivot.console import setup_logging
-    from pivot.config import gin_setup
+    from pivot import gin_setup
     setup_logging()
     OUT.mkdir(parents=True, exist_ok=True)
     if a.what == "overheads":

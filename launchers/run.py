@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from pivot import console
-from pivot.config import gin_setup
+from pivot import gin_setup
 from pivot.errors import ConfigError
 from pivot.paths import REPO_ROOT
 

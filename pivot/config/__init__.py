@@ -1,1 +1,2 @@
-"""Gin plumbing shared by the launchers: parse with checks, build the chosen driver."""
+"""Checks of configured values (``validation``): a leaf that every configurable may
+import. Parsing gin files and building the driver they name is ``pivot.gin_setup``."""

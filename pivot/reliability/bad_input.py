@@ -66,7 +66,7 @@ def _sim(*params: str, files: tuple[str, ...] = ("gin/qwen7b_30b.gin",)) -> Call
     """Parses and builds the driver the files name (constructors only: the local
     driver's validation must fail before its ``run`` would start any engine)."""
     def run() -> None:
-        from pivot.config import gin_setup
+        from pivot import gin_setup
         gin_setup.parse(list(files), list(params))
         gin_setup.build()
     return run

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 import gin
 import numpy as np
 
-from pivot.config import gin_setup
+from pivot import gin_setup
 from pivot.config.validation import check_range
 from pivot.reliability.injectors import FlakyBackend, ForcedShiftPlanner, ReplicaKiller
 from pivot.shifting.role_shift import SlotKind

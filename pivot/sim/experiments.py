@@ -29,7 +29,7 @@ def run_one(job: tuple) -> dict:
     the bound it was proven under."""
     group, dep, bindings, trace = job
     os.chdir(ROOT)
-    from pivot.config import gin_setup
+    from pivot import gin_setup
     from pivot.sim.driver import RunPruned
     gin_setup.parse([f"gin/{group}.gin", dep_file(dep)], list(bindings))
     driver = gin_setup.build()
@@ -89,7 +89,7 @@ def run_many(jobs: list[tuple], workers: int = 2) -> list[dict]:
 def split_space(group: str, dep: str):
     """The admissible splits of a group (replica sizes from its gin file)."""
     os.chdir(ROOT)
-    from pivot.config import gin_setup
+    from pivot import gin_setup
     from pivot.sim.search import Split, SplitSpace
     gin_setup.parse([f"gin/{group}.gin", dep_file(dep)], [])
     d = gin_setup.build()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pivot.config import gin_setup
+from pivot import gin_setup
 from pivot.errors import ConfigError
 from pivot.cluster.group import ClusterGroup
 from pivot.rl.data import PromptStream

@@ -11,7 +11,7 @@ import sys
 import gin
 import pytest
 
-from pivot.config import gin_setup
+from pivot import gin_setup
 from pivot.errors import ConfigError
 from pivot.cluster.model_groups import cluster_group, cluster_stream
 from pivot.paths import REPO_ROOT

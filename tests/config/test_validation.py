@@ -13,7 +13,7 @@ from pathlib import Path
 import gin
 import pytest
 
-from pivot.config import gin_setup
+from pivot import gin_setup
 from pivot.config.validation import check, check_bool, check_range, check_text, default_of
 from pivot.errors import ConfigError
 from pivot.reliability.bad_input import CASES, CLEAR, run_case
@@ -105,7 +105,7 @@ def test_the_table_holds_a_case_for_every_validated_configurable():
 
 CROSS_CHECKS = """
 import os, re, sys
-from pivot.config import gin_setup
+from pivot import gin_setup
 from pivot.errors import ConfigError
 cores = float(os.cpu_count() or 1)
 for param, pattern in ((f"ClusterDriver.cpu_share = {cores}",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pivot.config import gin_setup
+from pivot import gin_setup
 from pivot.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]

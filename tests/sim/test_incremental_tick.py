@@ -6,7 +6,7 @@ one whose tick and preemptions bring every replica and every view up to date wit
 
 import pytest
 
-from pivot.config import gin_setup
+from pivot import gin_setup
 from pivot.sim.engine import SimCluster
 
 VOLATILE = ("wall_s", "events_per_s", "planner")

@@ -28,7 +28,7 @@ def test_preemption_livelock_fails_with_the_fix_named():
 
     import pytest
 
-    from pivot.config import gin_setup
+    from pivot import gin_setup
     from pivot.errors import ConfigError
     from pivot.paths import REPO_ROOT
     os.chdir(REPO_ROOT)

@@ -5,7 +5,7 @@ about a third at this size, and far lower at the paper's 512 x 16)."""
 
 import time
 
-from pivot.config import gin_setup
+from pivot import gin_setup
 
 
 def events_per_cpu_s(prompts: int, n: int, steps: int = 3) -> float:

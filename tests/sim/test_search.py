@@ -56,7 +56,7 @@ def test_prefetching_sweeps_changes_nothing_the_search_finds():
 
 
 def _run(dep: str, binds: list[str]):
-    from pivot.config import gin_setup
+    from pivot import gin_setup
     from pivot.paths import REPO_ROOT
     import os
     os.chdir(REPO_ROOT)

@@ -1,7 +1,11 @@
 """Parses gin files strictly and builds the driver that ``run.driver`` names.
 
 Parsing uses ``skip_unknown=False``: an unknown configurable or binding fails before any
-work, with the file and binding in the message and the fix.
+work, with the file and binding in the message and the fix. This module is the top of the
+package graph (docs/design.md, "Layering"): ``register`` imports every module whose classes
+gin files may name, so only the entry points (``launchers/``, ``experiments/``,
+``benchmarks/``, tests) import it, and the three runners under ``pivot/`` that the doc
+lists as exceptions until they move above it.
 """
 
 from __future__ import annotations
@@ -75,7 +79,7 @@ _DRIVER = re.compile(r"^\s*run\.driver\s*=\s*(\S+)")
 def driver_origin(gin_files: list[str], bindings: list[str]) -> tuple[str, str]:
     """Where ``run.driver`` was bound: ``(value, source)`` of the binding that wins (the
     last one, following ``include`` in place, then ``--gin_param``), for the console line
-    that says which driver runs and why (issue 15, item 1). ``("?", "nowhere")`` if none."""
+    that says which driver runs and why. ``("?", "nowhere")`` if none."""
     found = ("?", "nowhere")
 
     def walk(path: str, seen: tuple[str, ...]) -> None:

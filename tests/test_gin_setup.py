@@ -1,10 +1,10 @@
-"""Which driver a set of gin files runs, and why (issue 15, item 1)."""
+"""Which driver a set of gin files runs, and why."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pivot.config.gin_setup import driver_origin
+from pivot.gin_setup import driver_origin
 from pivot.console import driver_line
 from pivot.cluster.group import ClusterGroup
 from pivot.runtime.backend import Backend
@@ -49,10 +49,10 @@ def test_every_local_deployment_file_parses_over_the_default():
     use); the tuned PivotRL file binds the three settings it measured with."""
     import gin
 
-    from pivot.config import gin_setup
+    from pivot import gin_setup
     from pivot.spec.deployment import Deployment
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[1]
     try:
         for f in sorted((root / "gin/local").glob("*.gin")):
             gin_setup.parse([str(root / "gin/tiny_cpu.gin"), str(f)], [])
