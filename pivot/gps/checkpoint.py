@@ -1,11 +1,11 @@
-"""Every GPS host loads its own shards of a HF checkpoint folder (issue 15, item 4).
+"""Every GPS host loads its own shards of a HF checkpoint folder (sec. 5.1).
 
 On a cluster the controller does not read a model and push it to the hosts: each GPS host
 reads only the row ranges it holds (:func:`pivot.gps.recovery.host_shards`, by safetensors
-slices, :class:`pivot.roles.titan.hf_shards.SafetensorsRows`) from a folder every host
-sees (a shared file system; here one machine). The load is one commit across the hosts
-like a Write (sec. 5.1): stage on every host, each fills itself, prepare, install,
-publish; a failure before publishing discards it everywhere.
+slices, :class:`CheckpointRows`) from a folder every host sees (a shared file system; here
+one machine). The load is one commit across the hosts like a Write (sec. 5.1): stage on
+every host, each fills itself, prepare, install, publish; a failure before publishing
+discards it everywhere.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from pivot.gps.layout import ModelMeta, ParamMeta
 from pivot.gps.recovery import host_shards
 
 if TYPE_CHECKING:
+    import torch
+
     from pivot.gps.client import GlobalParameterStorage
     from pivot.gps.storage import HostStore
 
@@ -61,12 +63,34 @@ def checkpoint_meta(name: str, folder: str | Path) -> ModelMeta:
     return ModelMeta(name, tuple(params))
 
 
+class CheckpointRows:
+    """Rows of the tensors of a HF checkpoint folder, read by safetensors slices: only the
+    bytes of the requested rows are read, and ``bytes_read`` counts them, so a host can
+    show it read only its own shards."""
+
+    def __init__(self, folder: str | Path) -> None:
+        from safetensors import safe_open
+
+        self._file_of = {}
+        for f in _files(Path(folder)):
+            h = safe_open(str(f), framework="pt", device="cpu")
+            self._file_of.update(dict.fromkeys(h.keys(), h))
+        self.bytes_read = 0
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """Raises KeyError for a tensor the folder does not hold."""
+        return tuple(self._file_of[name].get_slice(name).get_shape())
+
+    def rows(self, name: str, start: int, stop: int) -> torch.Tensor:
+        t = self._file_of[name].get_slice(name)[start:stop]
+        self.bytes_read += t.numel() * t.element_size()
+        return t
+
+
 def fill_host(store: HostStore, model: str, version: int, folder: str | Path) -> int:
     """Copies this host's shards of ``model`` from ``folder`` into its staged ``version``;
     returns the bytes read (only this host's rows)."""
-    from pivot.roles.titan.hf_shards import SafetensorsRows
-
-    reader = SafetensorsRows(folder)
+    reader = CheckpointRows(folder)
     meta = store.models[model]
     want = {p.name: p for p in meta.params}
     for name, p in want.items():

@@ -297,7 +297,7 @@ class GlobalParameterStorage:
 
     # A Write in three calls, so that several processes (the ranks of a training replica)
     # each stage their own devices' part of one version: the client that begins it
-    # finishes it with every part's checksums (sec. 5.1; issue 15, item 3).
+    # finishes it with every part's checksums (sec. 5.1).
     def begin_write(self, model: str, devices: Sequence[int], layout: ParallelLayout, *,
                     verify: bool = False, _initial: bool = False) -> WriteTicket:
         """Phase 1 begins: the next version of ``model`` is staged on every host under

@@ -1,4 +1,4 @@
-"""GPS on a host mesh: one :class:`GPSActor` per host of a Monarch job (issue 15, item 4).
+"""GPS on a host mesh: one :class:`GPSActor` per host of a Monarch job (sec. 5.1).
 
 :class:`HostJob` (gin-configurable) is where the host mesh comes from:
 

@@ -1,4 +1,4 @@
-"""Write leases: a dead writer's half-written version does not block GPS (issue 15, item 4).
+"""Write leases: a dead writer's half-written version does not block GPS (sec. 5.1).
 
 A Write of model ``M`` opens with a lease on every host (:meth:`HostStore.begin_write`,
 ``holder`` = the writing client's id, ``ttl_s`` from :class:`WriteLeaseConfig`). Every step

@@ -1,4 +1,4 @@
-"""The device backend of the real driver: what a device slot is (issue 15; docs/design.md).
+"""The device backend of the real driver: what a device slot is (docs/design.md).
 
 One driver (``pivot.cluster``) runs on two backends, chosen in gin by ``Backend.kind``:
 
@@ -59,7 +59,7 @@ class Backend:
     proc_per_role: bool | None = None
     """Whether a slot holds a process per role (policy engine, GenRM engine, trainer)
     instead of one process for all three. vLLM keeps its sleep allocator and parallel
-    groups once per process (issue 15, item 2), so ``cuda`` needs it; on ``cpu`` one
+    groups once per process, so ``cuda`` needs it; on ``cpu`` one
     process a slot saves memory (every process carries its own torch and vLLM).
     None: per role on ``cuda``, one a slot on ``cpu``."""
 
@@ -213,7 +213,7 @@ def fit_errors(devices: int, hosts: int, per_host: int,
                replicas: Mapping[str, int]) -> list[str]:
     """Why ``devices`` over ``hosts`` hosts of ``per_host`` devices cannot hold the
     replicas (empty: they fit). A replica of k devices must lie on an aligned block of
-    one host: k <= per_host and k divides per_host (sec. 5.2; issue 15, item 2)."""
+    one host: k <= per_host and k divides per_host (sec. 5.2)."""
     out = []
     if devices > hosts * per_host:
         out.append(f"{devices} devices do not fit {hosts} hosts x {per_host}: add hosts "

@@ -140,7 +140,7 @@ class FsdpShardLayouts:
     """The layout of each replica when training replicas Read only their FSDP shards: a
     training replica of k > 1 devices Reads under TP = k along dim 0 of every parameter,
     so rank r receives rows ``chunk_bounds(rows, k)[r:r + 2]`` of each HF tensor, about
-    1/k of the model (sec. 5.1, issue 15 item 3), which ``ChunkRows`` maps onto its FSDP2
+    1/k of the model (sec. 5.1), which ``ChunkRows`` maps onto its FSDP2
     shards. That holds when the chunks line up with FSDP2's: k divides dim 0 of every
     parameter and the model's KV heads (torchtitan fuses q/k/v rows per KV group); other
     k get None (full copies, as before). Inference replicas get ``inference``'s layout.
