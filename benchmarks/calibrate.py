@@ -148,7 +148,7 @@ def fit_async_median(bindings: list[str], gin_file: str = GIN, iters: int = 12,
     rows' simulated steps against verl's, the trainer refitted to each median's batch. A
     median whose batch the fully async trainer cannot process at MFU <= 1 is infeasible
     (its loss is infinite): verl's update times bound the runs' batch."""
-    p = _params_b(bindings, gin_file)
+    p = _group(bindings, gin_file).policy.active_params_b
 
     def loss(m: float) -> float:
         b = bindings + [_median(m)]
@@ -167,17 +167,17 @@ def fit_async_median(bindings: list[str], gin_file: str = GIN, iters: int = 12,
     return golden_log(loss, lo, hi, iters)
 
 
-def _params_b(bindings: list[str], gin_file: str) -> float:
-    return _parse(cal.VERL_COLOCATED, bindings, gin_file, 2).group.policy.active_params_b
+def _group(bindings: list[str], gin_file: str):
+    return _parse(cal.VERL_COLOCATED, bindings, gin_file, 2).group
 
 
 def calibrate(bindings: list[str] | None = None, gin_file: str = GIN, iters: int = 12,
               steps: int = 4) -> dict:
     """Every fit and check; returns the JSON-ready report."""
     from pivot.spec import roofline
-    from pivot.spec.profile import ShiftCost
     bindings = list(bindings or [])
-    p = _params_b(bindings, gin_file)
+    group = _group(bindings, gin_file)
+    p = group.policy.active_params_b
     med = {"colocated": fit_colocated_median(bindings, gin_file, iters, steps),
            "disaggregated": fit_async_median(bindings, gin_file, iters, steps)}
     fits, mode_bindings, tokens = {}, {}, {}
@@ -189,7 +189,8 @@ def calibrate(bindings: list[str] | None = None, gin_file: str = GIN, iters: int
     # the fully async trainer on the colocated runs' batch: the MFU it would need
     shared = cal.implied_mfu(cal.training_points(ASYNC)["update"],
                              6.0 * p * 1e9 * tokens["colocated"])
-    shift = cal.fit_shift_cost(ShiftCost())
+    # the fit replaces the bound shift cost's four fitted fields (gin/base.gin)
+    shift = cal.fit_shift_cost(group.shift_cost)
     shift_b = [f"ShiftCost.{k} = {getattr(shift, k):.4f}" for k in
                ("inference_read_gbs", "inference_up_s", "training_read_gbs", "training_up_s")]
     checks = []

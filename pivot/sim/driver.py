@@ -53,10 +53,11 @@ class SimDriver:
     """Args:
         group: the model group (table 1) and its cluster.
         deployment: the deployment / strategy.
-        steps: RL steps to run.
+        steps: RL steps to run (5: throughput is measured over steps 1..4, sec. 8.3).
         seed: seeds the length draws.
-        tick_s: planner period in virtual seconds.
-        kv_reserve: free KV tokens a replica keeps for growth (scheduler eligibility).
+        tick_s: planner period in virtual seconds (2 s: an assumption).
+        kv_reserve: free KV tokens a replica keeps for growth (scheduler eligibility; 2048:
+            an assumption).
         max_virtual_s: a run past this virtual time is an error (a stuck workflow).
         stall_ticks: planner ticks with nothing running, nothing pending and no shift
             after which the run fails as unable to make progress.

@@ -22,8 +22,10 @@ LAMINAR_SIGMA = float(np.log(10.0) / 2.3263)
 @dataclass(frozen=True)
 class LengthModel:
     """Attributes:
-        prompt_median / response_median / judge_median: medians in tokens.
-        prompt_cap / response_cap / judge_cap: the paper's limits (2K, 15K, 20K).
+        prompt_median / response_median / judge_median: medians in tokens (prompts 300:
+            DAPO-Math-17k problems are short, an assumption; the other two are bound per
+            workload, ``gin/base.gin``).
+        prompt_cap / response_cap / judge_cap: the paper's limits (2K, 15K, 20K, sec. 8.1).
         sigma: lognormal shape (Laminar); prompts use ``prompt_sigma``.
     """
 

@@ -22,6 +22,8 @@ class ModelGroup:
         devices: cluster devices (table 4: 32, 32, 64, 128), 8 per host.
         policy / genrm: the models (genrm None: verifiable reward only, as in verl's DAPO).
         training: training devices and time model (table 4's training column).
+        lengths: the workload's length distributions.
+        shift_cost: shift up and down times (fitted: ``ShiftCost``; required).
         prompts_per_step / n: GRPO batch (smaller than a production run, for speed).
     """
 
@@ -31,7 +33,7 @@ class ModelGroup:
     genrm: ModelProfile | None
     training: TrainingProfile
     lengths: LengthModel = LengthModel()
-    shift_cost: ShiftCost = ShiftCost()
+    shift_cost: ShiftCost = gin.REQUIRED
     prompts_per_step: int = 64
     n: int = 8
     devices_per_host: int = 8

@@ -160,10 +160,12 @@ class TrainingProfile:
 
     Attributes:
         devices: training devices (table 4's training column).
-        update_mfu / logprob_mfu: efficiency of the work at one device (fitted).
+        update_mfu / logprob_mfu: efficiency of the work at one device (fitted; required:
+            ``gin/base.gin`` binds ``benchmarks/calibrate.py``'s fit).
         update_serial: the update's floor as a fraction of its one-device time, in [0, 1)
-            (fitted; 0: no floor, seconds = work / (devices * peak * mfu)).
-        logprob_serial: the log-prob pass's Amdahl serial fraction in [0, 1) (fitted).
+            (fitted, required; 0: no floor, seconds = work / (devices * peak * mfu)).
+        logprob_serial: the log-prob pass's Amdahl serial fraction in [0, 1) (fitted,
+            required).
         old_logprob: whether a step recomputes old log-probs (verl colocated does; verl's
             fully async trainer takes them from the rollout).
         ref_logprob: whether a step runs the reference model's forward pass for a KL term
@@ -174,10 +176,10 @@ class TrainingProfile:
     """
 
     devices: int
-    update_mfu: float = 0.5613      # gin/base.gin (verl fully async trainer fit)
-    logprob_mfu: float = 0.8748     # gin/base.gin (verl colocated trainer fit)
-    update_serial: float = 0.02253
-    logprob_serial: float = 0.01501
+    update_mfu: float = gin.REQUIRED
+    logprob_mfu: float = gin.REQUIRED
+    update_serial: float = gin.REQUIRED
+    logprob_serial: float = gin.REQUIRED
     old_logprob: bool = True
     ref_logprob: bool = False
     overhead_s: float = 0.0
@@ -234,23 +236,28 @@ class ShiftCost:
     ``inference_down_s``. Training up reloads weights, gradients and Adam state (16
     bytes/param, sharded over its hosts) at ``training_read_gbs`` plus ``training_up_s``;
     training down offloads the same bytes over PCIe (``pcie_gbs``, 63 GB/s, sec. 5.1)
-    plus ``training_down_s``. The effective bandwidths and fixed constants are fitted to
-    the paper's fig. 12/13 overheads by ``pivot.sim.verl_fit.fit_shift_cost``
-    (``benchmarks/calibrate.py``); 63 GB/s is the link's peak, not what a shift reaches.
+    plus ``training_down_s``. The effective bandwidths and fixed constants of shift up
+    (``inference_read_gbs``, ``inference_up_s``, ``training_read_gbs``, ``training_up_s``)
+    are fitted to the paper's fig. 12/13 overheads by ``pivot.sim.verl_fit.fit_shift_cost``
+    (``benchmarks/calibrate.py``) and have no default: ``gin/base.gin`` binds the fit. 63
+    GB/s (Hopper PCIe) and 50 GB/s (RDMA) are the links' peaks (sec. 5.1), not what a shift
+    reaches. ``remote_fraction`` 0: the replication-first GPS layout fits host memory
+    (app. B). Shift down's constants are assumptions within fig. 12's bounds (inference
+    down < 2 s, training down < 6 s; ``benchmarks/calibrate.py`` checks them).
 
     ``devices_per_host`` is not a binding of its own: a ``ModelGroup`` gives its shift
     cost the group's ``ModelGroup.devices_per_host`` (``on_hosts``); a standalone
     ``ShiftCost`` (calibration) has the paper's 8-device hosts.
     """
 
+    inference_read_gbs: float = gin.REQUIRED
+    inference_up_s: float = gin.REQUIRED
+    training_read_gbs: float = gin.REQUIRED
+    training_up_s: float = gin.REQUIRED
     pcie_gbs: float = 63.0
     rdma_gbs: float = 50.0
-    inference_read_gbs: float = 63.0
-    training_read_gbs: float = 63.0
     remote_fraction: float = 0.0
-    inference_up_s: float = 0.8
     inference_down_s: float = 0.5
-    training_up_s: float = 2.0
     training_down_s: float = 1.0
     devices_per_host: int = field(default=8, init=False)
 

@@ -34,12 +34,14 @@ def test_each_trainer_fits_its_own_verl_rows():
         pts = cal.training_points(rows)
         assert len(pts["update"]) == 3
         mfu, floor = cal.fit_floor(pts["update"], 6 * 7.6e9 * tokens)
-        prof = TrainingProfile(8, update_mfu=mfu, update_serial=floor, old_logprob=False)
+        prof = TrainingProfile(8, update_mfu=mfu, update_serial=floor, old_logprob=False,
+                               logprob_mfu=1.0, logprob_serial=0.0)   # no log-prob phase
         for d, t in pts["update"]:   # max(floor, work / devices): within 1% on every row
             assert prof.phase_seconds(m, tokens, d)["update_actor"] == pytest.approx(t, rel=0.01)
     pts = cal.training_points(C.COLOCATED)["logprob"]
     mfu, serial = cal.fit_amdahl(pts, 2 * 7.6e9 * tokens)
-    prof = TrainingProfile(8, logprob_mfu=mfu, logprob_serial=serial, old_logprob=True)
+    prof = TrainingProfile(8, logprob_mfu=mfu, logprob_serial=serial, old_logprob=True,
+                           update_mfu=1.0, update_serial=0.0)   # only the log-prob is read
     resid = np.array([prof.phase_seconds(m, tokens, d)["old_log_prob"] - t for d, t in pts])
     inv_d = np.array([1.0 / d for d, _ in pts])
     # normal equations of seconds = F + b / devices: residuals orthogonal to 1 and 1/d
@@ -58,7 +60,9 @@ def test_batch_tokens_are_the_simulated_batches():
 
 
 def test_shift_fit_is_least_squares_on_the_paper_points():
-    fit = cal.fit_shift_cost(ShiftCost())
+    # the fit replaces the four fitted fields; the rest is ShiftCost's defaults
+    fit = cal.fit_shift_cost(ShiftCost(inference_read_gbs=1.0, inference_up_s=0.0,
+                                       training_read_gbs=1.0, training_up_s=0.0))
     rows = cal.shift_comparison(fit)
     inf = [r for r in rows if r["role"] == "inference"]
     resid = [r["sim_up_s"] - r["paper_up_s"] for r in inf]
