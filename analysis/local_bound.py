@@ -1,6 +1,6 @@
 """How fast could any allocation of the slots run the local workload? A fluid bound from
-the work the throughput runs measured (issue 14 item 6: "show where the time goes and
-what would change it"; the headroom of sec. 3 / fig. 3, on the local slots).
+the work the throughput runs measured (where the time goes and what would change it: the
+headroom of sec. 3 / fig. 3, on the local slots).
 
 Every RL step must
 
@@ -18,8 +18,9 @@ no planner reaches it: what a deployment loses against it is what those cost it.
 
     python analysis/local_bound.py [results/local/throughput.json]
 
-Reads the summary (its runs' throughput, step times and trainer step times) and the
-utilization file ``analysis/local_utilization.py`` wrote for it; writes
+Reads the summary (its runs' throughput, step times, trainer step times and training
+slots, ``pivot.cluster.results``; a summary older than the recorded slots gives them by
+its labels) and the utilization file ``analysis/local_utilization.py`` wrote for it; writes
 ``results/local/bound.json`` (``bound_<tag>.json`` for another summary).
 """
 
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import statistics
 import sys
 from pathlib import Path
@@ -36,6 +36,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:   # run as a script, analysis/ is on the path, not the root
     sys.path.insert(0, str(ROOT))
 from analysis.local_utilization import load_summary  # noqa: E402
+from pivot.cluster.results import (STATIC_BASELINES, row_name,  # noqa: E402
+                                   row_training_slots, summary_devices,
+                                   summary_training_default)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,36 +92,18 @@ def step_bound(devices: int, inference_slot_s: float, train_s: dict[int, float])
     return Bound(period, mix, per_k, limit)
 
 
-def training_slots(deployment: str, devices: int, default: int) -> int:
-    """Slots a deployment of ``local_experiments.py`` trains on, from the ``Deployment``
-    its name stands for (``deployment_of``): all for ``training_devices = -1``
-    (colocated), the group's ``default`` (``ClusterGroup.training_devices``) for 0, else
-    its own count."""
-    from experiments.local import deployment_of
-
-    td = deployment_of(deployment).training_devices
-    return devices if td == -1 else (td or default)
-
-
-def _gin_int(params: list[str], name: str, default: int) -> int:
-    for p in params:
-        m = re.fullmatch(rf"\s*{re.escape(name)}\s*=\s*(\d+)\s*", p)
-        if m:
-            default = int(m.group(1))
-    return default
-
-
 def measure(summary: dict, utilization: dict) -> dict:
     """The bound for one throughput summary, with each deployment's distance from it."""
-    params = summary.get("gin_params") or []
-    devices = _gin_int(params, "ClusterGroup.devices", 4)
-    default_k = _gin_int(params, "ClusterGroup.training_devices", 1)
+    devices = summary_devices(summary)
+    default_k = summary_training_default(summary)
     util = utilization["mean_over_seeds"]
     per: dict[str, dict] = {}
     for run in summary["runs"]:
         d = run["deployment"]
         t = run["time_s"]
-        per.setdefault(d, {"tok_s": [], "period_s": [], "train_s": []})
+        per.setdefault(d, {"tok_s": [], "period_s": [], "train_s": [],
+                           "k": row_training_slots(run, devices, default_k),
+                           "static": row_name(run) in STATIC_BASELINES})
         per[d]["tok_s"].append(run["throughput"])
         per[d]["period_s"].append((t[-1] - t[0]) / (len(t) - 1))
         per[d]["train_s"].append(statistics.median(run["trainer_step_s"][1:]))
@@ -126,7 +111,7 @@ def measure(summary: dict, utilization: dict) -> dict:
     for d, v in per.items():
         tok_s = statistics.fmean(v["tok_s"])
         busy = util[d]["infer"] * devices if d in util else None
-        k = training_slots(d, devices, default_k)
+        k = v["k"]
         train_by_k.setdefault(k, []).extend(v["train_s"])
         rows[d] = {"tok_s": tok_s, "period_s": statistics.fmean(v["period_s"]),
                    "tokens_per_step": tok_s * statistics.fmean(v["period_s"]),
@@ -140,8 +125,8 @@ def measure(summary: dict, utilization: dict) -> dict:
     train_s = {k: statistics.median(v) for k, v in sorted(train_by_k.items())}
     b = step_bound(devices, q / e, train_s)
     ceiling = q / b.period_s
-    best = max((d for d in rows if d != "colocated" and not d.startswith("pivotrl")),
-               key=lambda d: rows[d]["tok_s"], default=None)
+    best = max((d for d in rows if per[d]["static"]), key=lambda d: rows[d]["tok_s"],
+               default=None)
     for r in rows.values():
         r["of_bound"] = r["tok_s"] / ceiling
     return {"devices": devices, "tokens_per_step": q, "inference_efficiency": e,

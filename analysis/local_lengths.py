@@ -1,6 +1,7 @@
-"""The long tail of a local measurement's runs (issue 14 item 3): the length distributions
-of responses and judgements over the first and the last steps of every run
-(``pivot.rl.lengths.length_report``, in each run's result), and their range over runs.
+"""The long tail of a local measurement's runs (sec. 3's long tail, on the local slots): the
+length distributions of responses and judgements over the first and the last steps of
+every run (``pivot.rl.lengths.length_report``, in each run's result), and their range over
+runs.
 
     python analysis/local_lengths.py [results/local/throughput.json]
 
@@ -24,8 +25,7 @@ FIELDS = ("p50", "p90", "p99", "max", "mean", "p99_over_p50")
 def lengths_of(tag: str, row: dict) -> dict:
     if row.get("lengths"):
         return row["lengths"]
-    sys.path.insert(0, str(ROOT))
-    from experiments.local import run_result
+    from pivot.cluster.results import run_result
     return run_result(tag, row)["lengths"]
 
 

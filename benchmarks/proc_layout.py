@@ -27,8 +27,10 @@ GROUP = dict(n=2, max_response_tokens=64, max_judge_tokens=64)
 
 def run_layout(per_role: bool, devices: int, steps: int, run_dir: Path) -> dict:
     from pivot.config.validation import default_of
-    from pivot.cluster.deployments import LOCAL_DEPLOYMENTS
+    from pivot.cluster.config import OptimizerConfig, PlannerCosts, RunConfig
+    from pivot.cluster.cpu.config import CpuConfig
     from pivot.cluster.driver import ClusterDriver
+    from pivot.gin_files import configured, configured_deployment
     from pivot.cluster.group import ClusterGroup
     from pivot.cluster.stack import ClusterStack
     from pivot.rl.data import PromptStream
@@ -37,13 +39,16 @@ def run_layout(per_role: bool, devices: int, steps: int, run_dir: Path) -> dict:
 
     group = ClusterGroup(**GROUP, devices=devices,
                        backend=Backend("cpu", proc_per_role=per_role))
-    settings = [default_of(ClusterDriver, k) for k in ("seed", "lr", "cpu_share")]
+    # a driver's defaults (it passes them to the stack it starts)
+    settings = [default_of(RunConfig, "seed"), default_of(OptimizerConfig, "lr"),
+                default_of(CpuConfig, "share")]
     t = time.perf_counter()
     stack = ClusterStack(group, *settings).start()
     start_s = time.perf_counter() - t
-    d = ClusterDriver(group, LOCAL_DEPLOYMENTS["colocated"],
-                    PromptStream(prompts_per_step=2, num_val=4), steps=steps,
-                    run_dir=str(run_dir), eval_every=-1, stack=stack)
+    d = ClusterDriver(group, configured_deployment("colocated"),
+                      PromptStream(prompts_per_step=2, num_val=4),
+                      run_config=RunConfig(steps=steps, run_dir=str(run_dir), eval_every=-1),
+                      costs=configured(PlannerCosts), stack=stack)
     try:
         ctl = stack.ctl
         pids = [p for x in range(devices) for p in ctl.describe(x)["pids"]]

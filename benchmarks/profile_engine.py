@@ -71,7 +71,7 @@ def main(argv=None) -> int:
     p.add_argument("--core", type=int, default=0)
     p.add_argument("--cpu_share", type=float, default=0.0,
                    help="cap this process like a local device slot (cgroup v1 quota, "
-                        "fraction of one core; gin ClusterDriver.cpu_share); 0: no cap")
+                        "fraction of one core; gin CpuConfig.share); 0: no cap")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from pivot.roles.engine.config import EngineConfig

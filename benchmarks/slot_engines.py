@@ -39,13 +39,16 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     from pivot.config.validation import default_of
-    from pivot.cluster.driver import ClusterDriver
+    from pivot.cluster.config import OptimizerConfig, RunConfig
+    from pivot.cluster.cpu.config import CpuConfig
     from pivot.cluster.group import ClusterGroup
     from pivot.cluster.stack import ClusterStack
     from pivot.roles.engine.memory import process_rss, tree_rss
     from pivot.types import Role
 
-    settings = [default_of(ClusterDriver, k) for k in ("seed", "lr", "cpu_share")]
+    # a driver's defaults (it passes them to the stack it starts)
+    settings = [default_of(RunConfig, "seed"), default_of(OptimizerConfig, "lr"),
+                default_of(CpuConfig, "share")]
     stack = ClusterStack(ClusterGroup(), *settings)
     t = time.perf_counter()
     stack.start()

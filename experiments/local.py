@@ -1,21 +1,35 @@
 """The cluster driver's measurements, one command each (results/local/<what>.json and .png).
 
-    python experiments/local.py throughput [--steps 10]  # 4 deployments, ratios
-                                                     # (every static split)
+    python experiments/local.py throughput [--steps 10]  # colocated, every static split,
+                                                         # PivotRL; ratios
     python experiments/local.py trace [--from_throughput [SUMMARY]] # fig. 10
     python experiments/local.py overheads                # fig. 12 / table 3
     python experiments/local.py convergence [--steps 20] # fig. 15, 2 seeds
     python experiments/local.py sensitivity [--H 1 5 60] # fig. 14: PivotRL per H
 
+A run is gin files and bindings: the model group's files (``--gin``, default
+gin/tiny_cpu.gin), one deployment's file (``--deployments``: gin files; a bare stem ``X``
+is gin/deployments/X.gin), and bindings: ``--gin_param`` for every run, a static split's
+for the deployments that take one (``--splits all`` or ``--splits 1/1/2 2/1/1``:
+rollout/reward/training slots of disaggregated.gin and the strategies on its split; the
+training slots of rr_colocated.gin), the time window of ``sensitivity`` (``--H``), and the
+run's steps and seed. Each row is labelled with its ``Deployment.name`` and its split, if
+it was given one (``disaggregated_1_2_1``, ``rr_colocated_2``, ``pivotrl_H10``), and
+records its files, bindings, training slots and devices (``pivot.cluster.results``), so
+analysis reads the summary alone. The whole table of every deployment, 3 seeds x 20 steps:
+
+    python experiments/local.py throughput --out throughput_full \\
+        --deployments colocated disaggregated rr_colocated pivotrl pivotrl_train2 \\
+        --splits all --seeds 0 1 2 --steps 20
+
 Every run of one command shares ONE ``ClusterStack`` (GPS and the 4 device slots with their
 vLLM engines and trainer contexts, started once); between runs the stack is reset (slots
 idle, initial weights back in GPS), never restarted, so the deployments run on the same
-engines and workload back to back. Settings come from gin/tiny_cpu.gin (``--gin_param``
-overrides). The summaries (results/local/<what>.json) keep per-step rows; each run's whole
-result, with its allocation trace and shift records, is in results/local/runs/ (not in
-git). ``overheads`` reads the shift records of the throughput and trace runs from there
-(fig. 12's phases per role; table 3's abort/dispatch per migrated sequence). Plots:
-``analysis/local_plots.py``.
+engines and workload back to back. The summaries (results/local/<what>.json) keep per-step
+rows; each run's whole result, with its allocation trace and shift records, is in
+results/local/runs/ (not in git). ``overheads`` reads the shift records of the throughput
+and trace runs from there (fig. 12's phases per role; table 3's abort/dispatch per migrated
+sequence). Plots: ``analysis/local_plots.py``.
 """
 
 from __future__ import annotations
@@ -28,83 +42,96 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from pivot.cluster.results import OUT, STATIC_BASELINES, row_name, run_result
 from pivot.paths import REPO_ROOT as ROOT
-OUT = ROOT / "results" / "local"
 
-def throughput_deployments(devices: int) -> tuple[str, ...]:
-    """Colocated, every static split of disaggregated and rollout-reward colocated on
-    ``devices`` slots (app. E searches each baseline's split; ratios are taken against
-    the best), and PivotRL."""
-    from pivot.cluster.deployments import static_splits
-    return ("colocated", *static_splits(devices), "pivotrl")
-
-
+GROUP = ("gin/tiny_cpu.gin",)
+THROUGHPUT = ("colocated", "disaggregated", "rr_colocated", "pivotrl")
+"""Colocated, every static split of disaggregated and rollout-reward colocated (app. E
+searches each baseline's split; ratios are taken against the best), and PivotRL."""
 CONVERGENCE = ("colocated", "disaggregated", "pivotrl")
 log = logging.getLogger("pivot.experiments.local")
 
 
-def deployment_of(dep: str):
-    """``pivotrl``, a static split ``disaggregated_<r>_<w>_<t>`` / ``rr_colocated_<t>``
-    (``pivot.cluster.deployments.static_splits``), or a PivotRL variant ``pivotrl_H<s>``,
-    ``pivotrl_min<k>``, ``pivotrl_H<s>_min<k>``, ``pivotrl_train<k>``, ``pivotrl_rule``,
-    ``pivotrl_home``: time window H (sec. 7.3; the sensitivity sweep),
-    ``PivotPlanner.min_replicas``, the training replica's slots
-    (``Deployment.training_devices``), ``PivotPlanner.scheduler_rule`` (the what-if under
-    the engines' batch cap) and ``Deployment.training_home`` (training provisioned on its
-    slots at the start, as a static split's, instead of shifting up at its first batch),
-    the rest from gin."""
-    import dataclasses
-    import functools
+@dataclass(frozen=True)
+class Variant:
+    """One deployment as a measurement runs it: its gin file and the bindings on top."""
 
+    label: str
+    name: str
+    file: str
+    bindings: tuple[str, ...] = ()
+    split: tuple[int | None, int | None, int] | None = None
+
+
+def parse_split(text: str) -> tuple[int, int, int]:
+    """``r/w/t``: rollout, reward and training slots."""
     from pivot.errors import ConfigError
-    from pivot.cluster.deployments import LOCAL_DEPLOYMENTS, SPLIT_VARIANTS, split_deployment
-    from pivot.planner.pivot_planner import PivotPlanner
-
-    if dep.startswith("pivotrl_"):
-        kw: dict[str, float | int | bool] = {}
-        train, home = 0, False
-        for part in dep.removeprefix("pivotrl_").split("_"):
-            if part.startswith("min") and part[3:].isdigit():
-                kw["min_replicas"] = int(part[3:])
-            elif part.startswith("H"):
-                kw["H"] = float(part[1:])
-            elif part == "rule":
-                kw["scheduler_rule"] = True
-            elif part == "home":
-                home = True
-            elif part.startswith("train") and part[5:].isdigit():
-                train = int(part[5:])   # slots of the training replica (FSDP2 across them)
-            else:
-                raise ConfigError(f"--deployments {dep}: unknown PivotRL variant {part!r}; "
-                                  f"use H<seconds>, min<replicas>, train<slots>, rule, home, "
-                                  f"e.g. pivotrl_H10_min1")
-        base = LOCAL_DEPLOYMENTS["pivotrl"]
-        if home:   # one reward slot, rollout the rest (-1), as at PivotRL's start
-            base = dataclasses.replace(base, rollout_devices=-1, training_home=True)
-        return dataclasses.replace(base, name=dep, training_devices=train,
-                                   planner=functools.partial(PivotPlanner, **kw))
-    known = {**LOCAL_DEPLOYMENTS, **SPLIT_VARIANTS}
-    if split_deployment(dep) is not None:
-        return split_deployment(dep)
-    if dep not in known:
-        raise ConfigError(f"--deployments {dep}: unknown; use one of {sorted(known)}, a "
-                          f"static split such as disaggregated_1_2_1 or rr_colocated_2, "
-                          f"or a PivotRL variant such as pivotrl_H10_min1")
-    return known[dep]
+    parts = text.split("/")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise ConfigError(f"--splits {text}: use rollout/reward/training slots, each >= 1, "
+                          f"e.g. 1/1/2, or 'all'")
+    r, w, t = map(int, parts)
+    return r, w, t
 
 
-def build_driver(dep: str, seed: int, steps: int, run_dir: Path, stack, eval_every: int):
-    """A gin-configured ClusterDriver (gin/tiny_cpu.gin) for ``dep`` on the shared stack."""
+def variants(deployments: Sequence[str], splits: Sequence[str] | None,
+             group: Sequence[str], common: Sequence[str], devices: int,
+             H: Sequence[float] = ()) -> list[Variant]:
+    """The runs of each deployment file: one, or one per split where ``splits`` is given
+    and the deployment takes one (``pivot.gin_files.takes_split``), or one per ``H``."""
+    from pivot.errors import ConfigError
+    from pivot.gin_files import (all_splits, configured_deployment, deployment_file,
+                                 split_bindings, split_label, split_of, takes_split)
+
+    if splits:
+        wanted = all_splits(devices) if list(splits) == ["all"] else [
+            parse_split(s) for s in splits]
+    out: list[Variant] = []
+    for d in deployments:
+        f = deployment_file(d)
+        dep = configured_deployment(f, group, common, carry_planner=False)
+        kind = takes_split(dep) if splits else None
+        if kind:
+            for sp in dict.fromkeys(split_of(kind, s) for s in wanted):
+                out.append(Variant(split_label(dep.name, sp), dep.name, f,
+                                   tuple(split_bindings(sp)), sp))
+        elif H:
+            out += [Variant(f"{dep.name}_H{h:g}", dep.name, f, (f"PivotPlanner.H = {h!r}",))
+                    for h in H]
+        else:
+            out.append(Variant(dep.name, dep.name, f))
+    labels = [v.label for v in out]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"--deployments {' '.join(deployments)}: two runs share a label "
+                          f"({sorted({x for x in labels if labels.count(x) > 1})}); give "
+                          f"each file its own Deployment.name")
+    return out
+
+
+def run_bindings(v: Variant, common: Sequence[str], seed: int, steps: int,
+                 eval_every: int) -> list[str]:
+    """Every binding of one run over its files (they reproduce it with launchers/run.py)."""
+    return [*common, *v.bindings, f"RunConfig.steps = {steps}", f"RunConfig.seed = {seed}",
+            f"PromptStream.seed = {seed}", f"RunConfig.eval_every = {eval_every}"]
+
+
+def build_driver(files: Sequence[str], bindings: Sequence[str], run_dir: Path | None, stack):
+    """The ClusterDriver these files and bindings configure, on the shared ``stack``."""
+    from pivot import gin_setup
     from pivot.cluster.driver import ClusterDriver
-    from pivot.rl.data import PromptStream
+    from pivot.errors import ConfigError, PivotError
 
-    stream = PromptStream(seed=seed)   # the rest of the stream from gin
-    deployment = deployment_of(dep)
-    return ClusterDriver(deployment=deployment, stream=stream, steps=steps,
-                       seed=seed, run_dir=str(run_dir), stack=stack, eval_every=eval_every)
+    extra = [] if run_dir is None else [f"RunConfig.run_dir = {str(run_dir)!r}"]
+    gin_setup.parse(list(files), [*bindings, *extra])
+    try:
+        return ClusterDriver(stack=stack)
+    except PivotError as e:
+        raise ConfigError(f"{' '.join(files)} with {list(bindings)}: {e}") from None
 
 
 def summarize(res: dict) -> dict:
@@ -126,36 +153,38 @@ def summarize(res: dict) -> dict:
             "lengths": res.get("lengths")}
 
 
-def run_result(tag: str, row: dict) -> dict:
-    """The whole result of a summary row's run (its trace and shift records too), from
-    ``results/local/runs/<tag>_<deployment>_s<seed>/result.json``; the summaries keep
-    the per-step rows only, so they stay small enough for git."""
-    from pivot.errors import ConfigError
-
-    f = OUT / "runs" / f"{tag}_{row['deployment']}_s{row['seed']}" / "result.json"
-    if not f.is_file():
-        raise ConfigError(f"{f} is missing: run `experiments/local.py {tag}` "
-                          f"here first (run folders are not kept in git)")
-    return json.loads(f.read_text())
-
-
-def run_one(dep: str, seed: int, steps: int, run_dir: Path, stack, eval_every: int) -> dict:
-    """One run of ``dep`` on the shared stack, from a clean ``run_dir`` (no resume)."""
+def run_one(files: Sequence[str], bindings: Sequence[str], run_dir: Path, stack,
+            label: str) -> dict:
+    """One run on the shared stack, from a clean ``run_dir`` (no resume); the result is
+    labelled ``label``."""
     shutil.rmtree(run_dir, ignore_errors=True)
-    d = build_driver(dep, seed, steps, run_dir, stack, eval_every)
+    d = build_driver(files, bindings, run_dir, stack)
     try:
-        return d.run().to_dict(trace=True)
+        res = d.run().to_dict(trace=True)
     finally:
         d.close()
+    res["deployment"] = label
+    res["training_slots"], res["devices"] = d.train_needed, d.group.devices
+    return res
 
 
-def run_all(runs: list[tuple[str, int]], steps: int, eval_every: int, tag: str,
-            warmup_steps: int = 3, report: Callable[[str], None] = print) -> list[dict]:
-    """Runs every (deployment, seed) on one stack; ``report`` gets a line per run."""
+def run_all(runs: list[tuple[Variant, int]], group: Sequence[str], common: Sequence[str],
+            steps: int, eval_every: int, tag: str, warmup_steps: int = 3,
+            report: Callable[[str], None] = print) -> list[dict]:
+    """Runs every (variant, seed) on one stack; ``report`` gets a line per run."""
     from pivot.cluster.stack import ClusterStack
+    from pivot.gin_files import deployment_file
 
-    # a driver's constructor only checks; it gives the stack its gin-configured settings
-    probe = build_driver(runs[0][0], runs[0][1], steps, OUT / "runs" / "probe", None, -1)
+    def files(v: Variant) -> list[str]:
+        return [*group, v.file]
+
+    # a driver's constructor only checks: every run's config fails here, before any
+    # engine starts; the first gives the stack its gin-configured settings
+    first: dict[Variant, int] = {}
+    for v, s in runs:
+        first.setdefault(v, s)
+    probe = [build_driver(files(v), run_bindings(v, common, s, steps, eval_every), None, None)
+             for v, s in first.items()][0]
     stack = ClusterStack(probe.group, probe.seed, probe.lr, probe.cpu_share).start()
     log.info("stack up in %.1f s", stack.startup_s)
     rows = []
@@ -165,21 +194,26 @@ def run_all(runs: list[tuple[str, int]], steps: int, eval_every: int, tag: str,
             # engines' first batches of each model and size; STATUS.md): a
             # discarded PivotRL run (both models on every slot) takes it for all.
             t = time.perf_counter()
-            run_one("pivotrl", runs[0][1], warmup_steps, OUT / "runs" / "warmup", stack, -1)
+            warm = Variant("pivotrl", "pivotrl", deployment_file("pivotrl"))
+            run_one(files(warm), run_bindings(warm, common, runs[0][1], warmup_steps, -1),
+                    OUT / "runs" / "warmup", stack, "warmup")
             shutil.rmtree(OUT / "runs" / "warmup", ignore_errors=True)
             log.info("warm-up run (%d steps, discarded) in %.1f s", warmup_steps,
                      time.perf_counter() - t)
-        for i, (dep, seed) in enumerate(runs):
-            run_dir = OUT / "runs" / f"{tag}_{dep}_s{seed}"
-            res = run_one(dep, seed, steps, run_dir, stack, eval_every)
+        for i, (v, seed) in enumerate(runs):
+            run_dir = OUT / "runs" / f"{tag}_{v.label}_s{seed}"
+            bindings = run_bindings(v, common, seed, steps, eval_every)
+            res = run_one(files(v), bindings, run_dir, stack, v.label)
             (run_dir / "result.json").write_text(json.dumps(res))
             row = summarize(res)
-            row["stack_startup_s"] = stack.startup_s
+            row.update(name=v.name, split=v.split, training_slots=res["training_slots"],
+                       devices=res["devices"], gin_files=files(v), bindings=bindings,
+                       stack_startup_s=stack.startup_s)
             rows.append(row)
-            acc = [v for v in row["val_acc"] if v is not None]
-            report(f"[{i + 1}/{len(runs)}] {dep} seed {seed}: {row['throughput'] or 0:,.0f} "
-                   f"tok/s, {row['shifts']} shifts, {row['wall_s']:.0f} s"
-                   + (f", val acc@1 {acc[-1]:.3f}" if acc else ""))
+            acc = [x for x in row["val_acc"] if x is not None]
+            report(f"[{i + 1}/{len(runs)}] {v.label} seed {seed}: "
+                   f"{row['throughput'] or 0:,.0f} tok/s, {row['shifts']} shifts, "
+                   f"{row['wall_s']:.0f} s" + (f", val acc@1 {acc[-1]:.3f}" if acc else ""))
     finally:
         stack.close()
     return rows
@@ -212,10 +246,10 @@ def overheads(rows: list[dict]) -> dict:
 def throughput_table(rows: list[dict]) -> dict:
     """Means over seeds (each seed runs every deployment on the same prompts) and ratios
     against colocated and the best split of each static baseline (disaggregated,
-    rollout-reward colocated), for each throughput reading
-    (``pivot.cluster.driver.end_to_end_throughput``)."""
-    from pivot.cluster.deployments import split_family
+    rollout-reward colocated: the rows of that ``Deployment.name``), for each throughput
+    reading (``pivot.cluster.driver.end_to_end_throughput``)."""
     out: dict = {}
+    names = {r["deployment"]: row_name(r) for r in rows}
     for key in ("throughput", "throughput_run", "throughput_finished"):
         per: dict[str, list[float]] = {}
         for r in rows:
@@ -224,8 +258,8 @@ def throughput_table(rows: list[dict]) -> dict:
         thr = {k: statistics.fmean(v) for k, v in per.items()}
         sfx = key.removeprefix("throughput")
         base = {"colocated": thr.get("colocated")}
-        for family in ("disaggregated", "rr_colocated"):
-            splits = {k: v for k, v in thr.items() if v and split_family(k) == family}
+        for family in STATIC_BASELINES:
+            splits = {k: v for k, v in thr.items() if v and names[k] == family}
             best = max(splits, key=splits.get) if splits else None
             base[family] = splits.get(best)
             out[f"{family}_best_split{sfx}"] = best
@@ -261,7 +295,17 @@ def main() -> int:
                                     "sensitivity"))
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--seeds", type=int, nargs="+", default=None)
-    p.add_argument("--deployments", nargs="+", default=None)
+    p.add_argument("--gin", action="append", default=None,
+                   help="the model group's gin file(s), before each deployment's "
+                        "(repeatable; default gin/tiny_cpu.gin)")
+    p.add_argument("--deployments", nargs="+", default=None,
+                   help="deployment gin files; a bare stem X is gin/deployments/X.gin "
+                        "(with trace --from_throughput: the label of the summary's run)")
+    p.add_argument("--splits", nargs="+", default=None,
+                   help="static splits of the deployments that take one: 'all' or "
+                        "rollout/reward/training slots such as 1/1/2 (rr_colocated takes "
+                        "the training slots); default: every split for throughput without "
+                        "--deployments, else the gin files' own")
     p.add_argument("--gin_param", action="append", default=[])
     p.add_argument("--out", default=None,
                    help="write results/local/<out>.json and runs/<out>_* instead of "
@@ -277,13 +321,14 @@ def main() -> int:
     p.add_argument("--from_throughput", nargs="?", const="throughput.json", default=None,
                    metavar="SUMMARY",
                    help="trace: take a run of a throughput summary under results/local "
-                        "(default throughput.json; the first of --deployments, default "
-                        "pivotrl, seed of its first run) instead of running a new one")
+                        "(default throughput.json; the row labelled the first of "
+                        "--deployments, default pivotrl, seed of its first run) instead of "
+                        "running a new one")
     a = p.parse_args()
     import os
     os.chdir(ROOT)
     from pivot.console import setup_logging
-    from pivot import gin_setup
+    from pivot.errors import ConfigError
     setup_logging()
     OUT.mkdir(parents=True, exist_ok=True)
     if a.what == "overheads":
@@ -320,37 +365,45 @@ def main() -> int:
         subprocess.run([sys.executable, "analysis/local_plots.py", "trace", name], cwd=ROOT,
                        check=False)
         return 0
+    group = tuple(a.gin or GROUP)
+    common = list(a.gin_param)
     if a.what in ("throughput", "sensitivity"):
         # A throughput-bound workload: 32 prompts x 4 responses put each replica past the
         # throughput model's knee (24 sequences, results/profile_tiny_share50.json); at
         # the default 8 prompts every deployment is bound by sequence latency instead.
-        a.gin_param = ["PromptStream.prompts_per_step = 32", *a.gin_param]
-    gin_setup.parse(["gin/tiny_cpu.gin"], a.gin_param)
+        common = ["PromptStream.prompts_per_step = 32", *common]
+    H: list[float] = []
+    splits = a.splits
     if a.what == "throughput":
-        from pivot.cluster.group import ClusterGroup
-        deps = a.deployments or throughput_deployments(ClusterGroup().devices)
+        deps = a.deployments or THROUGHPUT
+        splits = splits or (None if a.deployments else ["all"])
         seeds, steps, ev = a.seeds or [0], a.steps or 10, -1
     elif a.what == "sensitivity":
-        deps = a.deployments or [f"pivotrl_H{h:g}" for h in a.H]
+        deps, H = a.deployments or ["pivotrl"], a.H
         seeds, steps, ev = a.seeds or [0], a.steps or 10, -1
     elif a.what == "convergence":
         deps, seeds, steps, ev = a.deployments or CONVERGENCE, a.seeds or [0, 1], a.steps or 20, 5
     else:
         deps, seeds, steps, ev = a.deployments or ["pivotrl"], a.seeds or [0], a.steps or 6, -1
-    for d in deps:   # a bad name fails here, before any engine starts
-        deployment_of(d)
+    try:   # a bad file, split or binding fails here, before any engine starts
+        devices = build_driver([*group, "gin/deployments/pivotrl.gin"], common, None,
+                               None).group.devices
+        plan = variants(deps, splits, group, common, devices, H)
+    except ConfigError as e:
+        raise SystemExit(f"error: {e}") from None
     t = time.perf_counter()
     name = a.out or a.what
     from pivot.console import session
     with session(OUT / "runs" / name, verbose=a.verbose) as con:
-        con.line(f"{a.what}: {len(deps)} deployments x {len(seeds)} seeds x {steps} steps on "
-                 f"one stack; library logs in {con.log_path}")
-        rows = run_all([(d, s) for s in seeds for d in deps], steps, ev, name,
+        con.line(f"{a.what}: {len(plan)} deployments x {len(seeds)} seeds x {steps} steps "
+                 f"on one stack; library logs in {con.log_path}")
+        rows = run_all([(v, s) for s in seeds for v in plan], group, common, steps, ev, name,
                        a.warmup_steps, report=con.line)
     if a.what == "trace":   # fig. 10 draws the first run's allocation trace
         rows[0]["trace"] = run_result(name, rows[0])["trace"]
     out = {"what": a.what, "tag": name, "steps": steps, "wall_s": time.perf_counter() - t,
-           "gin_params": a.gin_param, "runs": rows}
+           "gin_files": list(group), "gin_params": common, "devices": devices,
+           "runs": rows}
     if a.what == "sensitivity":
         out["per_H"] = sensitivity(rows)
     if a.what == "throughput":

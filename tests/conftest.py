@@ -61,13 +61,14 @@ def stack():
     each) for the whole session: engines start once (about 50-80 s on 2 cores); each run
     resets the slots to idle and GPS to the initial weights, never restarting an engine."""
     from pivot.config.validation import default_of
-    from pivot.cluster.driver import ClusterDriver
+    from pivot.cluster.config import OptimizerConfig, RunConfig
+    from pivot.cluster.cpu.config import CpuConfig
     from pivot.cluster.group import ClusterGroup
     from pivot.cluster.stack import ClusterStack
 
     # the settings a ClusterDriver built without them uses, so every test's driver fits it
-    s = ClusterStack(ClusterGroup(**GROUP), *(default_of(ClusterDriver, k)
-                                          for k in ("seed", "lr", "cpu_share"))).start()
+    s = ClusterStack(ClusterGroup(**GROUP), default_of(RunConfig, "seed"),
+                     default_of(OptimizerConfig, "lr"), default_of(CpuConfig, "share")).start()
     yield s
     s.close()
 

@@ -44,9 +44,9 @@ def test_the_console_line_names_driver_backend_and_origin():
     assert local.startswith("driver: local on the cpu backend") and "4 CPU slots" in local
 
 
-def test_every_local_deployment_file_parses_over_the_default():
-    """Each gin/local/*.gin is included after gin/tiny_cpu.gin (run.py's and the README's
-    use); the tuned PivotRL file binds the three settings it measured with."""
+def test_every_deployment_file_parses_over_the_default():
+    """Each gin/deployments/*.gin is included after gin/tiny_cpu.gin (run.py's and the
+    README's use); the tuned PivotRL file binds the three settings it measured with."""
     import gin
 
     from pivot import gin_setup
@@ -54,12 +54,12 @@ def test_every_local_deployment_file_parses_over_the_default():
 
     root = Path(__file__).resolve().parents[1]
     try:
-        for f in sorted((root / "gin/local").glob("*.gin")):
+        for f in sorted((root / "gin/deployments").glob("*.gin")):
             gin_setup.parse([str(root / "gin/tiny_cpu.gin"), str(f)], [])
         gin_setup.parse([str(root / "gin/tiny_cpu.gin"),
-                         str(root / "gin/local/pivotrl_train2.gin")], [])
+                         str(root / "gin/deployments/pivotrl_train2.gin")], [])
         d = Deployment()
-        assert (d.name, d.training_devices, d.training_home) == ("pivotrl", 2, False)
+        assert (d.name, d.training_devices, d.training_home) == ("pivotrl_train2", 2, False)
         assert gin.query_parameter("PivotPlanner.min_replicas") == 0
         assert gin.query_parameter("PivotPlanner.scheduler_rule") is True
     finally:

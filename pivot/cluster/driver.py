@@ -1,6 +1,7 @@
 """The ``local`` driver: real RL post-training with resource shifting on this CPU.
 
-    driver = ClusterDriver(group=ClusterGroup(), deployment=Deployment(...), steps=4)
+    driver = ClusterDriver(group=ClusterGroup(), deployment=Deployment(...),
+                           run_config=RunConfig(steps=4), costs=PlannerCosts(...))
     result = driver.run()     # ClusterResult: metrics per step, allocation trace, shifts
     driver.close()
 
@@ -24,10 +25,12 @@ from typing import Any
 
 import gin
 
-from pivot.config.validation import (check, check_bool, check_range, check_text,
-                                     default_of)
+from pivot.config.validation import check, check_range, default_of
 from pivot.errors import ConfigError
 from pivot.cluster.closers import run_closers
+from pivot.cluster.config import (COSTS_FIX, FaultBudget, OptimizerConfig, PlannerCosts,
+                                  RunConfig, build_required)
+from pivot.cluster.cpu.config import CpuConfig
 from pivot.cluster.faults import stopped_by
 from pivot.cluster.group import ClusterGroup
 from pivot.cluster.stack import ClusterStack
@@ -41,7 +44,7 @@ from pivot.rl.staleness import StalenessBound
 from pivot.rl.workflow import RLWorkflow
 from pivot.runtime.pending import SlotProcessDied
 from pivot.scheduler.scheduler import ShiftAwareScheduler
-from pivot.scheduler.throughput import BinaryThroughputModel, ThroughputModel
+from pivot.scheduler.throughput import BinaryThroughputModel
 from pivot.spec.deployment import Deployment
 from pivot.types import GENRM, INFERENCE_ROLES, POLICY, Role, ShiftDown, ShiftPlan
 
@@ -106,94 +109,80 @@ def end_to_end_throughput(steps: list[dict[str, Any]]) -> dict[str, float | None
 class ClusterDriver:
     """Args:
         group: the local model group.
-        deployment: colocated / disaggregated / rr_colocated / PivotRL and strategies.
+        deployment: colocated / disaggregated / rr_colocated / PivotRL and strategies
+            (sec. 8.2, 8.4; one gin file each under ``gin/deployments/``).
         stream: the prompt stream (prompts per step, data seed, optional parquet).
         loop: poll and tick periods, checkpoints, stop_after.
         objective: the reward's GenRM weight and the advantages' scaling (the paper's
             R = R_verifiable + R_GenRM and GRPO by default).
-        steps: RL steps of the run.
-        seed: sampling seed (the data seed is ``stream.seed``).
-        throughput: (A, B, C, D) of the policy engines' decode latency (sec. 6.1), s.
-        judge_throughput: the same for the GenRM's engines (another model); None: the
-            policy's.
-        tau_inference / tau_training: shift times the planner charges (sec. 7.1), s.
-        cpu_share: fraction of one core per slot (cgroup v1 quota); 0 disables.
-        lr: AdamW learning rate of the trainer.
-        eval_every: validation accuracy@1 every this many steps (0: only at the end).
-        resume: continue from the run folder's latest checkpoint.
-        run_dir: the run folder (metrics.jsonl, allocation_trace.json, checkpoints).
+        run_config: steps, sampling seed, validation period, resume, run folder.
+        costs: what the planner charges: the engines' decode-latency fits (sec. 6.1) and
+            the shift times (sec. 7.1).
+        optimizer: the trainer's AdamW learning rate.
+        faults: the failed shifts and dead slot processes a run survives.
+        cpu: the CPU share of a slot (the ``cpu`` backend; 0 on GPUs).
         stack: a started ``ClusterStack`` to reuse (its engines are not restarted; its
             engine seed is used); None starts and stops one for this run.
         observer: checks the run as it goes, e.g. ``pivot.reliability.cluster_checks.
             ClusterChecker``: ``attach(driver, workflow)`` once the control plane is built,
             ``finish()`` after the loop, ``report()`` into ``ClusterResult.extra["checks"]``;
             None (the default) adds nothing to the run.
-        max_shift_failures: shift plans whose slot work may fail (their devices LOST for
-            the rest of the run, ``ClusterControl``) before the run stops with the error.
-        max_slot_deaths: slot processes that may die mid-run (their sequences go on
-            elsewhere, the slot is replaced: ``pivot.cluster.faults``) before the run stops.
+
+    Every setting left None is built here from its own gin bindings (``PromptStream()``,
+    ``RunConfig()``, ...); each checks its own fields (``pivot.cluster.config``), the
+    driver only what relates them: slots x CPU share against the cores, the training
+    slots against the deployment's split and a step's rows, replicas against the planner.
     """
 
     def __init__(self, group: ClusterGroup = gin.REQUIRED, deployment: Deployment = gin.REQUIRED,
-                 stream: PromptStream = PromptStream(), loop: LoopConfig = LoopConfig(),
-                 objective: Objective = Objective(), steps: int = 4, seed: int = 0,
-                 throughput: tuple[float, float, float, float] = (2e-6, 0.012, 6e-4, 0.002),
-                 judge_throughput: tuple[float, float, float, float] | None = None,
-                 tau_inference: float = 0.5, tau_training: float = 1.0,
-                 cpu_share: float = 0.5, lr: float = 1e-4, eval_every: int = 0,
-                 resume: bool = False, run_dir: str | None = None, stack=None,
-                 observer: Any = None, max_shift_failures: int = 2,
-                 max_slot_deaths: int = 2):
-        cores = os.cpu_count() or 1
+                 stream: PromptStream | None = None, loop: LoopConfig | None = None,
+                 objective: Objective | None = None, run_config: RunConfig | None = None,
+                 costs: PlannerCosts | None = None, optimizer: OptimizerConfig | None = None,
+                 faults: FaultBudget | None = None, cpu: CpuConfig | None = None,
+                 stack=None, observer: Any = None):
+        stream = PromptStream() if stream is None else stream
+        loop = LoopConfig() if loop is None else loop
+        objective = Objective() if objective is None else objective
+        run_config = RunConfig() if run_config is None else run_config
+        costs = build_required(PlannerCosts, COSTS_FIX) if costs is None else costs
+        optimizer = OptimizerConfig() if optimizer is None else optimizer
+        faults = FaultBudget() if faults is None else faults
+        cpu = CpuConfig() if cpu is None else cpu
         for k, v, cls in (("group", group, ClusterGroup), ("deployment", deployment, Deployment),
                           ("stream", stream, PromptStream), ("loop", loop, LoopConfig),
-                          ("objective", objective, Objective)):
+                          ("objective", objective, Objective),
+                          ("run_config", run_config, RunConfig), ("costs", costs, PlannerCosts),
+                          ("optimizer", optimizer, OptimizerConfig),
+                          ("faults", faults, FaultBudget), ("cpu", cpu, CpuConfig)):
             check(isinstance(v, cls), f"ClusterDriver.{k}", v,
                   f"must be a {cls.__name__} (ClusterDriver.{k} = @{cls.__name__}())")
-        check_range("ClusterDriver.steps", steps, 1, integer=True)
-        check_range("ClusterDriver.seed", seed, 0, integer=True)
-        for name, tp in (("throughput", throughput), ("judge_throughput", judge_throughput)):
-            if tp is None and name == "judge_throughput":
-                continue
-            check(isinstance(tp, (tuple, list)) and len(tp) == 4, f"ClusterDriver.{name}", tp,
-                  "must be (A, B, C, D) in seconds")
-            for k, v in zip("ABCD", tp):
-                check_range(f"ClusterDriver.{name} ({k})", v, 0, why="seconds, sec. 6.1")
-        check_range("ClusterDriver.tau_inference", tau_inference, 0, why="seconds")
-        check_range("ClusterDriver.tau_training", tau_training, 0, why="seconds")
-        check_range("ClusterDriver.cpu_share", cpu_share, 0, cores,
-                    why=f"fraction of one core per slot; 0: no cap; {cores} cores here")
-        check(cpu_share * group.devices <= cores, "ClusterDriver.cpu_share", cpu_share,
-              f"{group.devices} slots (ClusterGroup.devices) x {cpu_share} cores = "
-              f"{cpu_share * group.devices:g} cores exceeds this machine's {cores}; at most "
-              f"{cores / group.devices:g}")
-        check_range("ClusterDriver.lr", lr, 0, 1, open_lo=True, why="AdamW learning rate")
-        check_range("ClusterDriver.eval_every", eval_every, -1, integer=True,
-                    why="steps between validations; 0: after the last step; -1: never")
-        check_bool("ClusterDriver.resume", resume)
-        check_range("ClusterDriver.max_shift_failures", max_shift_failures, 0, integer=True,
-                    why="failed shift plans the run survives; 0: the first one ends it")
-        check_range("ClusterDriver.max_slot_deaths", max_slot_deaths, 0, integer=True,
-                    why="slot processes that may die mid-run; 0: the first death ends it")
-        check_text("ClusterDriver.run_dir", run_dir, optional=True)
         check(observer is None or all(hasattr(observer, m) for m in ("attach", "finish",
                                                                        "report")),
               "ClusterDriver.observer", observer, "must be None or have attach / finish / "
               "report (e.g. @ClusterChecker())")
+        cores = os.cpu_count() or 1
+        check(cpu.share * group.devices <= cores, "CpuConfig.share", cpu.share,
+              f"{group.devices} slots (ClusterGroup.devices) x {cpu.share} cores = "
+              f"{cpu.share * group.devices:g} cores exceeds this machine's {cores}; at most "
+              f"{cores / group.devices:g}")
         group.check()
         self.group, self.dep, self.stream, self.loop_cfg = group, deployment, stream, loop
         self.objective = objective
-        self.steps, self.seed, self.lr = steps, seed, lr
-        self.tm = ThroughputModel(*throughput)
-        self.judge_tm = ThroughputModel(*judge_throughput) if judge_throughput else self.tm
-        self.tau_inference, self.tau_training = tau_inference, tau_training
-        self.cpu_share, self.eval_every, self.resume = cpu_share, eval_every, resume
-        self.run_dir = Path(run_dir) if run_dir else None
+        self.run_config, self.costs, self.optimizer = run_config, costs, optimizer
+        self.fault_budget, self.cpu = faults, cpu
+        # flat views the rest of the driver, the console and the launchers read
+        self.steps, self.seed, self.lr = run_config.steps, run_config.seed, optimizer.lr
+        self.eval_every, self.resume = run_config.eval_every, run_config.resume
+        self.run_dir = Path(run_config.run_dir) if run_config.run_dir else None
+        self.cpu_share = cpu.share
+        self.tm, self.judge_tm = costs.policy_model(), costs.judge_model()
+        self.tau_inference, self.tau_training = costs.tau_inference, costs.tau_training
+        self.max_shift_failures = faults.max_shift_failures
+        self.max_slot_deaths = faults.max_slot_deaths
         self.stack, self._own_stack = stack, False
         self.observer = observer
-        self.max_shift_failures, self.max_slot_deaths = max_shift_failures, max_slot_deaths
         # training's slots: every slot (colocated), the deployment's, or the group's;
-        # one FSDP2 rank on each (pivot.cluster.contexts.SlotTrainerContext)
+        # one FSDP2 rank on each (pivot.roles.trainer_context.SlotTrainerContext)
         td = deployment.training_devices
         check_range("Deployment.training_devices", td, -1, group.devices, integer=True,
                     why=f"-1: every slot; 0: ClusterGroup.training_devices; at most "
@@ -379,7 +368,8 @@ class ClusterDriver:
         if self.resume:
             found = checkpoint.load_latest(run_dir) if run_dir else None
             if found is None:
-                raise ConfigError(f"ClusterDriver.resume: no checkpoint in {run_dir}")
+                raise ConfigError(f"RunConfig.resume: no checkpoint in {run_dir}; bind "
+                                  f"RunConfig.run_dir to a run folder with one")
             _, state = found
             loop.resume(state)
             allocation = state.get("allocation")

@@ -27,7 +27,7 @@ half-written GPS versions). ``SlotFaults`` turns that into what the run needs:
   rank of a TP / EP inference replica, or a surviving rank on another host (no kill by
   pid), stops the run with a ``SlotDied`` error naming it (a TP block's ranks
   rendezvous when their engines start, and a block re-spawned mid-run hung there); the
-  run resumes from its last checkpoint (``ClusterDriver.resume``), as after any crash.
+  run resumes from its last checkpoint (``RunConfig.resume``), as after any crash.
 
 A fleet operation that meets the dead slot before the tick does (a poll's call to it
 fails) asks ``after_error`` whether a slot died; it waits up to ``wait_s`` for
@@ -60,7 +60,7 @@ def stopped_by(err: SlotProcessDied, run_dir: Any) -> SlotDied:
     if isinstance(err, SlotDied):
         return err
     return SlotDied(f"{err}; the run stops: resume it from its last checkpoint "
-                    f"(ClusterDriver.resume = True, run folder {run_dir})")
+                    f"(RunConfig.resume = True, run folder {run_dir})")
 
 
 def lost_replicas(replicas: dict[Role, dict[str, tuple[int, ...]]],
@@ -147,13 +147,13 @@ class SlotFaults:
                 raise SlotDied(f"slot(s) {list(dead)} died holding one rank of the "
                                f"{len(devs)}-device {role.value} replica {rid}: its engines "
                                f"cannot be replaced mid-run, so the run stops; resume it "
-                               f"from its last checkpoint (ClusterDriver.resume = True)")
+                               f"from its last checkpoint (RunConfig.resume = True)")
             if survivors and not self.ctl.can_kill(survivors):
                 raise SlotDied(f"slot(s) {list(dead)} died holding one rank of the "
                                f"{len(devs)}-device {role.value} replica {rid}, whose other "
                                f"ranks run on another host and may wait in a collective: "
                                f"the run stops; resume it from its last checkpoint "
-                               f"(ClusterDriver.resume = True)")
+                               f"(RunConfig.resume = True)")
             killed += survivors
         if killed:
             # the other ranks of a replica that lost one may wait in its collective
@@ -162,7 +162,7 @@ class SlotFaults:
             rec["killed"] = killed
         if len(self.records) > self.max_deaths:
             raise SlotDied(f"slot(s) {list(dead)} died: {len(self.records)} slot deaths in "
-                           f"this run, more than ClusterDriver.max_slot_deaths="
+                           f"this run, more than FaultBudget.max_slot_deaths="
                            f"{self.max_deaths}; resume from the last checkpoint")
         home: dict[tuple[int, ...], Role | None] = {}
         for rid, (role, devs) in lost.items():

@@ -38,16 +38,27 @@ class ClusterGroup:
         training_devices: slots of a training replica when the deployment leaves it to the
             group (``Deployment.training_devices = 0``: disaggregated, rr-colocated,
             PivotRL); its trainer runs FSDP2 over gloo across them (sec. 8.1).
-            Colocated trains on every slot (``Deployment.training_devices = -1``).
+            Colocated trains on every slot (``Deployment.training_devices = -1``). One
+            GRPO step of 128 x 96 tokens takes 2.05 / 1.31 / 1.08 s on 1 / 2 / 4 slots at
+            half a core each (``benchmarks/train_slots.py`` ->
+            results/local/train_slots.json); 2 needs a disaggregated split of 1 rollout / 1
+            reward. PivotRL training on 2 slots (``gin/deployments/pivotrl_train2.gin``)
+            measured 1.13x the best static split (1/1/2) over 6 seeds, against 0.91x for 1
+            (results/local/throughput_min0*.json); 1 stays the default until every
+            deployment's table is rerun with 2.
         n: responses per prompt (GRPO group).
-        max_response_tokens / max_judge_tokens: generation caps.
+        max_response_tokens / max_judge_tokens: generation caps. The worked solutions of
+            1-10 steps (``pivot.data.chains``) take 16 tokens for one step and about 98 for
+            ten; the GenRM copies and checks each step line (about 100 tokens for ten). The
+            model build evaluates with the same caps (``pivot.models.build``).
         temperature: rollout sampling temperature (the GenRM judges greedily).
         ignore_eos: every response runs to ``max_response_tokens``, past EOS (load and
             reliability runs: the tiny policy often stops within a few tokens, too soon
             for a shift to land mid-generation); the reward sees the whole text.
         num_blocks: KV blocks of 32 tokens per engine.
         gb_per_slot: resident memory of one slot (engine + trainer), for the fit check.
-        memory_budget_gb: what the slots may use together on this shared machine.
+        memory_budget_gb: what the slots may use together on this shared machine (12: the
+            4 slots share a 24 GiB machine).
         backend: what a slot is (``cpu``: a capped proc of this machine; ``cuda``: a GPU).
         policy_replica_devices / genrm_replica_devices: devices of one rollout / reward
             replica (TP x EP); the ``cpu`` engines serve a full copy per slot (1).

@@ -21,6 +21,7 @@ from pathlib import Path
 import gin
 
 from pivot.config.validation import check_text, default_of
+from pivot.cluster.config import PlannerCosts
 from pivot.cluster.group import ClusterGroup
 from pivot.rl.data import PromptStream
 from pivot.runtime.backend import Backend
@@ -75,3 +76,18 @@ def cluster_stream(group: ModelGroup = gin.REQUIRED, parquet: str | None = None,
     """The prompt stream of a model group: its ``prompts_per_step``; ``parquet`` a
     DAPO-Math-17k file (None: the generated task)."""
     return PromptStream(prompts_per_step=group.prompts_per_step, parquet=parquet, seed=seed)
+
+
+@gin.configurable
+def cluster_costs(group: ModelGroup = gin.REQUIRED) -> PlannerCosts:
+    """The planner's costs of a model group on real devices: each model's decode latency
+    (A, B, C, D) is the one the simulator charges, from its ``ModelProfile`` (its
+    ``Architecture`` on the H20 roofline, or its stand-in fit: ``pivot.spec.profile``), the
+    GenRM's None where the group has none; the shift times are ``PlannerCosts``'. A fit of
+    the group's own engines (``benchmarks/profile_engine.py``) replaces it with
+    ``ClusterDriver.costs = @PlannerCosts()`` and ``PlannerCosts.throughput = (...)``."""
+    def abcd(m) -> tuple[float, float, float, float]:
+        tm = m.decode_model()
+        return (tm.A, tm.B, tm.C, tm.D)
+    return PlannerCosts(throughput=abcd(group.policy),
+                        judge_throughput=abcd(group.genrm) if group.genrm else None)

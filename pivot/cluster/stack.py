@@ -10,7 +10,7 @@ restarting an engine (sec. 5.2: the engine definition is preserved context).
 
     stack = ClusterStack(group, seed, lr, cpu_share)     # a ClusterDriver's settings
     stack.start()
-    ClusterDriver(group, deployment, stack=stack).run(); stack.reset(); ...
+    ClusterDriver(group, deployment, costs=costs, stack=stack).run(); stack.reset(); ...
     stack.close()
 """
 
@@ -46,9 +46,10 @@ class ClusterStack:
         max_model_len: engine context and trainer RoPE length, tokens.
 
     ``seed``, ``lr`` and ``cpu_share`` have no default here: they are the
-    ``ClusterDriver``'s (gin-bound) settings, passed through (``ClusterDriver._start``; a
-    stack started ahead of its runs takes them from a probe driver or
-    ``default_of(ClusterDriver, ...)``). ``max_model_len`` is ``EngineConfig``'s.
+    ``ClusterDriver``'s (gin-bound) ``RunConfig.seed``, ``OptimizerConfig.lr`` and
+    ``CpuConfig.share``, passed through (``ClusterDriver._start``; a stack started ahead
+    of its runs takes them from a probe driver or ``default_of`` of those configs).
+    ``max_model_len`` is ``EngineConfig``'s.
     """
 
     group: ClusterGroup

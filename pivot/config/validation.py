@@ -4,7 +4,7 @@ Each configurable checks its fields at construction (``__post_init__`` or ``__in
 before any process or engine starts, with these helpers. A failed check raises
 ``ConfigError`` naming the gin binding, the value given and what is valid::
 
-    ClusterDriver.cpu_share=3.0: must be a number in [0, 2] (fraction of one core per slot...)
+    CpuConfig.share=3.0: must be a number in [0, 2] (fraction of one core per slot...)
 
 ``default_of`` reads a class's own default, for layers that forward a setting (an argparse
 default, a factory) and so must not keep a default of their own.

@@ -1,7 +1,9 @@
-"""The control plane's invariants checked on a live local run (reliability issue, item 4).
+"""The control plane's invariants checked on a live local run (the reliability run,
+gin/deployments/forced_shifts.gin).
 
     checker = ClusterChecker()
-    res = ClusterDriver(group, FORCED_SHIFTS, observer=checker, ...).run()
+    res = ClusterDriver(group, configured_deployment("forced_shifts"), observer=checker,
+                        ...).run()
     res.extra["checks"]      # checks run, aborts and resumes seen, violations
 
 ``ClusterChecker.attach`` wraps, on one driver's objects only, the two calls after which the

@@ -5,7 +5,7 @@ plan (one replica of one inference role shifts down, idle and freed devices shif
 the other), so a run shifts far more often than the benefit rule would allow. Training
 shifts as the base planner's ``training_up`` says, and back down to the idle pool when idle.
 ``forced_shift_planner`` builds one as a ``Deployment.planner`` (the cluster driver's forced
-shifts, ``gin/local/forced_shifts.gin``).
+shifts, ``gin/deployments/forced_shifts.gin``).
 
 ``ReplicaKiller`` kills a random inference replica (its process "dies"): the scheduler's
 ``lose_replica`` is the forced shift down, the device map marks its devices LOST, and after
@@ -180,7 +180,7 @@ def forced_shift_planner(rollout_model, reward_model, seed: int = 0,
                          ) -> ForcedShiftPlanner:
     """A ``Deployment.planner`` factory (called as ``planner(rollout_model, reward_model)``)
     of random forced shifts for the cluster driver (reliability issue, item 4):
-    ``Deployment.planner = @forced_shift_planner`` (``gin/local/forced_shifts.gin``).
+    ``Deployment.planner = @forced_shift_planner`` (``gin/deployments/forced_shifts.gin``).
 
     Args:
         rollout_model / reward_model: the throughput models the driver passes.
@@ -189,7 +189,7 @@ def forced_shift_planner(rollout_model, reward_model, seed: int = 0,
         min_replicas: a donor role keeps at least this many replicas.
         donate_p / feasible_only: see ``ForcedShiftPlanner`` (its defaults, which make every
             tick shift on the cluster driver's few slots: one replica flips role, at random).
-        aligned_blocks: see ``Planner.aligned_blocks`` (bound in ``gin/local/tp2.gin``).
+        aligned_blocks: see ``Planner.aligned_blocks`` (bound in ``gin/tiny_cpu_tp2.gin``).
 
     Replica sizes are the driver's (``ClusterGroup.policy_replica_devices`` and
     ``genrm_replica_devices``), read from each snapshot.

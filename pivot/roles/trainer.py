@@ -55,7 +55,7 @@ class Trainer:
     @dataclass(kw_only=True, slots=True)
     class Optimizer:
         lr: float
-        """No default: the caller's (``ClusterDriver.lr`` in a run, passed through)."""
+        """No default: the caller's (``OptimizerConfig.lr`` in a run, passed through)."""
         betas: tuple[float, float] = (0.9, 0.999)
         eps: float = 1e-8
         weight_decay: float = 0.01

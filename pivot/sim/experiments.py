@@ -19,8 +19,7 @@ SEARCHED = {"disaggregated": dict(free_reward=True),
 
 
 def dep_file(dep: str) -> str:
-    path = ROOT / "gin/deployments" / f"{dep}.gin"
-    return str(path.relative_to(ROOT)) if path.is_file() else f"gin/strategies/{dep}.gin"
+    return f"gin/deployments/{dep}.gin"
 
 
 def run_one(job: tuple) -> dict:
@@ -46,7 +45,7 @@ def run_one(job: tuple) -> dict:
 
 ALIAS = {"full": "pivotrl"}
 """Deployments whose gin file is another's with only ``Deployment.name`` changed
-(gin/strategies/full.gin includes pivotrl.gin): their runs are the other's runs."""
+(gin/deployments/full.gin includes pivotrl.gin): their runs are the other's runs."""
 
 
 def run_key(group: str, dep: str, bindings) -> tuple:

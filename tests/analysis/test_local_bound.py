@@ -2,7 +2,8 @@
 
 import pytest
 
-from analysis.local_bound import measure, step_bound, training_slots
+from analysis.local_bound import measure, step_bound
+from pivot.cluster.results import row_name, row_training_slots, summary_devices
 
 
 def test_training_sets_the_bound_when_inference_is_light():
@@ -37,9 +38,19 @@ def test_bad_input_is_refused():
 
 @pytest.mark.parametrize("name, k", [("colocated", 4), ("disaggregated_1_2_1", 1),
                                      ("disaggregated_1_1_2", 2), ("rr_colocated_2", 2),
-                                     ("pivotrl", 1), ("pivotrl_rule_train2_min0", 2)])
-def test_training_slots_follow_the_deployment_names(name, k):
-    assert training_slots(name, 4, 1) == k
+                                     ("pivotrl", 1), ("pivotrl_rule_train2_min0", 2),
+                                     ("disaggregated_1_2", 1), ("static", 1)])
+def test_legacy_rows_give_their_training_slots_by_their_names(name, k):
+    assert row_training_slots({"deployment": name}, 4, 1) == k
+
+
+def test_rows_that_record_their_training_slots_are_read_as_recorded():
+    row = {"deployment": "pivotrl_train2", "name": "pivotrl_train2", "training_slots": 2}
+    assert row_training_slots(row, 4, 1) == 2 and row_name(row) == "pivotrl_train2"
+    assert row_name({"deployment": "rr_colocated_2"}) == "rr_colocated"
+    assert summary_devices({"devices": 6}) == 6
+    assert summary_devices({"gin_params": ["ClusterGroup.devices = 8"]}) == 8
+    assert summary_devices({}) == 4
 
 
 def test_measure_takes_the_best_efficiency_and_ranks_against_the_best_static_split():
@@ -53,6 +64,12 @@ def test_measure_takes_the_best_efficiency_and_ranks_against_the_best_static_spl
                                 "disaggregated_1_1_2": {"infer": 0.3},
                                 "pivotrl": {"infer": 0.5}}}
     out = measure(summary, util)
+    # the same runs as a summary that records names and slots reads the same
+    named = {"devices": 4, "runs": [dict(r, name=r["deployment"].rstrip("_0123456789"),
+                                         training_slots=int(r["deployment"][-1])
+                                         if r["deployment"][-1].isdigit() else 1)
+                                    for r in summary["runs"]]}
+    assert measure(named, util) == out
     # 3,800 tokens a step (mean); the best efficiency is 1_1_2's 900 / 1.2 = 750 tok per
     # busy slot-s, so W = 5.07 slot-s; k=2: max(2, (5.07 + 4) / 4 = 2.27)
     assert out["efficiency_from"] == "disaggregated_1_1_2"

@@ -5,8 +5,9 @@ batch, and stop plus resume continuing at the same step with the same data order
 
 import pytest
 
-from pivot.cluster.deployments import LOCAL_DEPLOYMENTS
+from pivot.cluster.config import PlannerCosts, RunConfig
 from pivot.cluster.driver import ClusterDriver
+from pivot.gin_files import configured, configured_deployment, split_bindings
 from pivot.rl import checkpoint
 from pivot.rl.data import PromptStream
 from pivot.rl.loop import LoopConfig
@@ -14,21 +15,24 @@ from pivot.rl.loop import LoopConfig
 pytestmark = [pytest.mark.engine, pytest.mark.monarch]
 
 PROMPTS = 2
+DEPLOYMENTS = ("colocated", "disaggregated", "rr_colocated", "pivotrl")   # sec. 8.2
 
 
 def run(stack, dep, run_dir, steps=3, stop_after=None, resume=False):
     d = ClusterDriver(stack.group, dep, PromptStream(prompts_per_step=PROMPTS, num_val=4),
-                    LoopConfig(stop_after=stop_after), steps=steps, run_dir=str(run_dir),
-                    resume=resume, eval_every=-1, stack=stack)
+                      LoopConfig(stop_after=stop_after),
+                      run_config=RunConfig(steps=steps, run_dir=str(run_dir), resume=resume,
+                                           eval_every=-1),
+                      costs=configured(PlannerCosts), stack=stack)
     try:
         return d.run()
     finally:
         d.close()
 
 
-@pytest.mark.parametrize("name", list(LOCAL_DEPLOYMENTS))
+@pytest.mark.parametrize("name", DEPLOYMENTS)
 def test_each_deployment_trains_a_few_steps_within_the_staleness_bound(name, stack, tmp_path):
-    dep = LOCAL_DEPLOYMENTS[name]
+    dep = configured_deployment(name)
     pids = [stack.ctl.describe(d)["pid"] for d in range(stack.group.devices)]
     res = run(stack, dep, tmp_path)
     assert [m["step"] for m in res.steps] == [1, 2, 3]
@@ -63,7 +67,7 @@ def test_each_deployment_trains_a_few_steps_within_the_staleness_bound(name, sta
 
 
 def test_a_stopped_run_resumes_at_the_same_step_with_the_same_data(stack, tmp_path):
-    dep = LOCAL_DEPLOYMENTS["disaggregated"]
+    dep = configured_deployment("disaggregated")
     first = run(stack, dep, tmp_path, steps=3, stop_after=1)
     assert [m["step"] for m in first.steps] == [1]
     state = checkpoint.load(checkpoint.latest(tmp_path))
@@ -82,11 +86,9 @@ def test_a_stopped_run_resumes_at_the_same_step_with_the_same_data(stack, tmp_pa
 def test_training_on_two_slots_completes(name, training_devices, stack, tmp_path):
     """Training holds 2 slots (FSDP2 over gloo across them, beside each slot's engines):
     PivotRL shifts it up and down as a whole on 2 slots, disaggregated keeps 2 slots."""
-    import dataclasses
-
-    dep = dataclasses.replace(LOCAL_DEPLOYMENTS[name], training_devices=training_devices,
-                              **({"rollout_devices": 1, "reward_devices": 1}
-                                 if name == "disaggregated" else {}))
+    split = (1, 1, training_devices) if name == "disaggregated" else (
+        None, None, training_devices)
+    dep = configured_deployment(name, bindings=split_bindings(split))
     res = run(stack, dep, tmp_path)
     assert [m["step"] for m in res.steps] == [1, 2, 3]
     assert all(m["staleness_max"] <= dep.staleness for m in res.steps)

@@ -11,8 +11,9 @@ import warnings
 import pytest
 
 from pivot import console
-from pivot.cluster.deployments import LOCAL_DEPLOYMENTS
+from pivot.cluster.config import PlannerCosts, RunConfig
 from pivot.cluster.driver import ClusterDriver
+from pivot.gin_files import configured, configured_deployment
 from pivot.rl.data import PromptStream
 from pivot.rl.loop import LoopConfig
 
@@ -27,9 +28,11 @@ the summary header and its 12 rows, and a line to spare (a warning of ours)."""
 
 
 def driver(stack, run_dir, steps=3, eval_every=0):
-    return ClusterDriver(stack.group, LOCAL_DEPLOYMENTS["pivotrl"],
-                       PromptStream(prompts_per_step=2, num_val=4), LoopConfig(),
-                       steps=steps, run_dir=str(run_dir), eval_every=eval_every, stack=stack)
+    return ClusterDriver(stack.group, configured_deployment("pivotrl"),
+                         PromptStream(prompts_per_step=2, num_val=4), LoopConfig(),
+                         run_config=RunConfig(steps=steps, run_dir=str(run_dir),
+                                              eval_every=eval_every),
+                         costs=configured(PlannerCosts), stack=stack)
 
 
 def test_no_blocking_monarch_call_on_the_rl_event_loop(stack, tmp_path):

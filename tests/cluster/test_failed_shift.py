@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from pivot.cluster.deployments import FORCED_SHIFTS
+from pivot.cluster.config import FaultBudget, PlannerCosts, RunConfig
+from pivot.gin_files import configured, configured_deployment
 from pivot.cluster.driver import ClusterDriver
 from pivot.reliability.injectors import ReadFaultsAfterStart
 from pivot.reliability.cluster_checks import ClusterChecker
@@ -59,10 +60,13 @@ def test_a_run_whose_shifts_fail_goes_on_and_loses_nothing(stack, tmp_path):
     group = dataclasses.replace(stack.group, max_response_tokens=32, max_judge_tokens=24,
                                 ignore_eos=True)
     checker = ReadFaultsAfterStart(ClusterChecker(slot_every=2), Role.REWARD)
-    d = ClusterDriver(group, FORCED_SHIFTS, PromptStream(prompts_per_step=2, num_val=4),
-                    LoopConfig(tick_s=0.1, timeout_s=300.0), steps=3,
-                    run_dir=str(tmp_path / "run"), eval_every=-1, stack=stack,
-                    observer=checker, max_shift_failures=4)
+    d = ClusterDriver(group, configured_deployment("forced_shifts"),
+                      PromptStream(prompts_per_step=2, num_val=4),
+                      LoopConfig(tick_s=0.1, timeout_s=300.0),
+                      run_config=RunConfig(steps=3, run_dir=str(tmp_path / "run"),
+                                           eval_every=-1),
+                      costs=configured(PlannerCosts), faults=FaultBudget(max_shift_failures=4),
+                      stack=stack, observer=checker)
     try:
         res = d.run()
     finally:

@@ -209,6 +209,6 @@ def test_one_rank_of_a_two_slot_inference_replica_dying_stops_the_run_naming_it(
         r.ctl.die(3)
         await faults.check()
 
-    with pytest.raises(SlotDied, match="2-device rollout replica tp.*ClusterDriver.resume"):
+    with pytest.raises(SlotDied, match="2-device rollout replica tp.*RunConfig.resume"):
         asyncio.run(tick())
     assert r.ctl.killed == []

@@ -1,5 +1,5 @@
 """The real driver with a process per role on each slot (``Backend.proc_per_role``, the
-``cuda`` layout, issue 15 item 2) run on this machine's CPUs: 2 slots, each a policy
+``cuda`` layout) run on this machine's CPUs: 2 slots, each a policy
 engine process, a GenRM engine process and a trainer process; colocated shifts every role
 over both slots, so rollout, reward and FSDP2 training over gloo all cross the routing.
 The policy's replica is tensor-parallel over both slots (TP=2 through vLLM's
@@ -12,11 +12,13 @@ from functools import partial
 import pytest
 
 from pivot.config.validation import default_of
-from pivot.cluster.deployments import LOCAL_DEPLOYMENTS
+from pivot.cluster.config import OptimizerConfig, PlannerCosts, RunConfig
+from pivot.cluster.cpu.config import CpuConfig
 from pivot.cluster.driver import ClusterDriver
 from pivot.cluster.group import ClusterGroup
 from pivot.cluster.stack import ClusterStack
 from pivot.rl.data import PromptStream
+from pivot.gin_files import configured, configured_deployment
 from pivot.runtime.backend import Backend
 from pivot.planner.baselines import ColocatedPlanner
 from pivot.types import Role
@@ -30,14 +32,16 @@ def test_colocated_trains_with_a_tp2_policy_replica_on_slots_of_one_process_per_
         tmp_path):
     group = ClusterGroup(**GROUP, devices=2, backend=Backend("cpu", proc_per_role=True),
                        policy_replica_devices=2)
-    settings = [default_of(ClusterDriver, k) for k in ("seed", "lr", "cpu_share")]
+    settings = [default_of(RunConfig, "seed"), default_of(OptimizerConfig, "lr"),
+                default_of(CpuConfig, "share")]
     # the TP replica is fixed to its block: every turn places it there (aligned_blocks)
-    colocated = replace(LOCAL_DEPLOYMENTS["colocated"],
+    colocated = replace(configured_deployment("colocated"),
                         planner=partial(ColocatedPlanner, aligned_blocks=True))
     stack, d = ClusterStack(group, *settings).start(), None
     try:
         d = ClusterDriver(group, colocated, PromptStream(prompts_per_step=2, num_val=4),
-                        steps=2, run_dir=str(tmp_path), eval_every=-1, stack=stack)
+                          run_config=RunConfig(steps=2, run_dir=str(tmp_path), eval_every=-1),
+                          costs=configured(PlannerCosts), stack=stack)
         ctl = stack.ctl
         before = [ctl.describe(x)["pids"] for x in range(2)]
         assert all(len(set(p)) == 3 for p in before)

@@ -9,9 +9,10 @@ import os
 
 import pytest
 
-from pivot.cluster.deployments import LOCAL_DEPLOYMENTS, split_deployment
+from pivot.cluster.config import PlannerCosts, RunConfig
 from pivot.cluster.driver import ClusterDriver
 from pivot.cluster.faults import SlotDied, lost_replicas, stopped_by
+from pivot.gin_files import configured, configured_deployment, split_bindings
 from pivot.runtime.pending import SlotProcessDied
 from pivot.reliability.injectors import KillSlotMidRun
 from pivot.reliability.cluster_checks import ClusterChecker
@@ -32,13 +33,20 @@ KILLS = pytest.mark.skipif(os.environ.get("PIVOT_KILL_TESTS") != "1",
 STEPS, PROMPTS_PER_STEP = 4, 4
 
 
+def split(rollout: int, reward: int, training: int):
+    """gin/deployments/disaggregated.gin on this static split."""
+    return configured_deployment("disaggregated",
+                                 bindings=split_bindings((rollout, reward, training)))
+
+
 def run_killed(stack, group, dep, killer, prompts: int, steps: int, tmp_path):
     """A run on the shared stack whose observer ``killer`` kills a slot; prints what
     died and how the run dealt with it."""
     d = ClusterDriver(group, dep, PromptStream(prompts_per_step=prompts, num_val=4),
-                    LoopConfig(tick_s=0.1, timeout_s=600.0), steps=steps,
-                    run_dir=str(tmp_path / "run"), eval_every=-1, stack=stack,
-                    observer=killer)
+                      LoopConfig(tick_s=0.1, timeout_s=600.0),
+                      run_config=RunConfig(steps=steps, run_dir=str(tmp_path / "run"),
+                                           eval_every=-1),
+                      costs=configured(PlannerCosts), stack=stack, observer=killer)
     try:
         res = d.run()
     finally:
@@ -58,7 +66,7 @@ def test_the_replicas_a_death_takes_and_the_error_that_stops_a_run():
     assert lost_replicas(reps, ()) == {}
     err = stopped_by(SlotProcessDied("slot 3 (c0slot3): its process died"), "runs/x")
     assert isinstance(err, SlotDied)
-    assert "ClusterDriver.resume = True, run folder runs/x" in str(err)
+    assert "RunConfig.resume = True, run folder runs/x" in str(err)
     assert stopped_by(err, "elsewhere") is err
 
 
@@ -70,7 +78,7 @@ def test_a_killed_reward_slot_loses_no_sequence_and_is_replaced(stack, tmp_path)
     group = dataclasses.replace(stack.group, max_response_tokens=32, max_judge_tokens=48,
                                 ignore_eos=True)
     killer = KillSlotMidRun(ClusterChecker(slot_every=2), Role.REWARD, after_steps=1)
-    res = run_killed(stack, group, split_deployment("disaggregated_1_2_1"), killer,
+    res = run_killed(stack, group, split(1, 2, 1), killer,
                      PROMPTS_PER_STEP, STEPS, tmp_path)
     k, deaths, c = killer.killed, res.extra["slot_deaths"], res.extra["checks"]
     assert k is not None, "no reward replica ever had sequences running after step 1"
@@ -114,7 +122,8 @@ def test_a_killed_training_slot_loses_its_step_which_trains_again(name, stack, t
     # rank 0 dies, rank 1 (maybe waiting in the step's all-reduce) is killed with it, and
     # both come back as one replica
     killer = KillSlotMidRun(ClusterChecker(slot_every=2), Role.TRAINING, after_steps=1)
-    dep = LOCAL_DEPLOYMENTS[name] if name in LOCAL_DEPLOYMENTS else split_deployment(name)
+    dep = (configured_deployment(name) if name == "pivotrl" else
+           split(*map(int, name.removeprefix("disaggregated_").split("_"))))
     res = run_killed(stack, stack.group, dep, killer, 2, 3, tmp_path)
     k, deaths, c = killer.killed, res.extra["slot_deaths"], res.extra["checks"]
     assert k is not None and k["replica"].startswith("training")

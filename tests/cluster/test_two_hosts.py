@@ -1,14 +1,15 @@
-"""The real driver on 2 hosts of a Monarch ``ProcessJob`` (issue 15, item 6): 4 slots, 2 a
+"""The real driver on 2 hosts of a Monarch ``ProcessJob`` : 4 slots, 2 a
 host, with real engines and trainer; one GPS actor per host, every trained policy Written
 across both hosts and Read back by the slots of either."""
 
 import pytest
 
-from pivot.cluster.deployments import LOCAL_DEPLOYMENTS
+from pivot.cluster.config import PlannerCosts, RunConfig
 from pivot.cluster.driver import ClusterDriver
 from pivot.cluster.group import ClusterGroup
 from pivot.rl.data import PromptStream
 from pivot.runtime.backend import Backend
+from pivot.gin_files import configured, configured_deployment
 from pivot.types import POLICY
 
 pytestmark = [pytest.mark.engine, pytest.mark.monarch, pytest.mark.slow]
@@ -18,9 +19,10 @@ GROUP = dict(n=2, max_response_tokens=16, max_judge_tokens=16)   # as the shared
 
 def test_pivotrl_trains_on_two_hosts_with_a_gps_actor_on_each(tmp_path):
     group = ClusterGroup(**GROUP, backend=Backend("cpu", hosts=2))
-    d = ClusterDriver(group, LOCAL_DEPLOYMENTS["pivotrl"],
-                    PromptStream(prompts_per_step=2, num_val=4), steps=3,
-                    run_dir=str(tmp_path), eval_every=-1)
+    d = ClusterDriver(group, configured_deployment("pivotrl"),
+                      PromptStream(prompts_per_step=2, num_val=4),
+                      run_config=RunConfig(steps=3, run_dir=str(tmp_path), eval_every=-1),
+                      costs=configured(PlannerCosts))
     try:
         res = d.run()
         ctl, gps = d.stack.ctl, d.stack.source.gps

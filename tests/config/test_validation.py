@@ -69,10 +69,11 @@ def test_bool_text_and_custom_checks():
 
 
 def test_default_of_reads_signatures_of_classes_dataclasses_and_gin_wrappers():
+    from pivot.cluster.config import OptimizerConfig
     from pivot.cluster.driver import ClusterDriver
     from pivot.planner import PivotPlanner
     from pivot.reliability.soak import SoakConfig
-    assert default_of(ClusterDriver, "lr") == 1e-4
+    assert default_of(OptimizerConfig, "lr") == 1e-4
     assert default_of(PivotPlanner, "H") == 60.0
     assert default_of(SoakConfig, "kill_rate") == SoakConfig.kill_rate
     with pytest.raises(TypeError, match="no default for 'group'"):
@@ -99,6 +100,8 @@ def test_the_table_holds_a_case_for_every_validated_configurable():
                          "Architecture", "TrainingProfile", "ShiftCost", "LengthModel",
                          "PivotPlanner", "RuleBasedPlanner", "StaticPlanner",
                          "forced_shift_planner", "ClusterDriver", "ClusterGroup",
+                         "RunConfig", "PlannerCosts", "OptimizerConfig", "FaultBudget",
+                         "CpuConfig",
                          "PromptStream", "LoopConfig", "ClusterChecker", "SoakConfig"):
         assert f"{configurable}." in details, (configurable, names)
 
@@ -108,8 +111,8 @@ import os, re, sys
 from pivot import gin_setup
 from pivot.errors import ConfigError
 cores = float(os.cpu_count() or 1)
-for param, pattern in ((f"ClusterDriver.cpu_share = {cores}",
-                        rf"ClusterDriver.cpu_share={cores}: 4 slots \\(ClusterGroup.devices\\) x"),
+for param, pattern in ((f"CpuConfig.share = {cores}",
+                        rf"CpuConfig.share={cores}: 4 slots \\(ClusterGroup.devices\\) x"),
                        ("PivotPlanner.min_replicas = 9",
                         r"PivotPlanner.min_replicas=9: must be an integer in \\[0, 3\\]")):
     gin_setup.parse(["gin/tiny_cpu.gin"], [param])
@@ -134,10 +137,10 @@ def test_local_cross_checks_fail_before_any_engine_module_loads():
 def test_run_py_exits_2_with_the_binding_before_engines_start():
     share = float((os.cpu_count() or 1) + 1)
     out = subprocess.run([sys.executable, "launchers/run.py", "--gin", "gin/tiny_cpu.gin",
-                          "--gin_param", f"ClusterDriver.cpu_share = {share}", "--no_progress"],
+                          "--gin_param", f"CpuConfig.share = {share}", "--no_progress"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2, out.stderr[-2000:]
-    assert f"ClusterDriver.cpu_share={share}: must be a number in [0, " in out.stderr
+    assert f"CpuConfig.share={share}: must be a number in [0, " in out.stderr
     assert "Traceback" not in out.stderr and "engines up" not in out.stderr
 
 
@@ -162,10 +165,10 @@ def test_forwarding_layers_keep_no_default_of_their_own():
 
 
 def test_the_local_learning_rate_default_is_the_bound_one():
-    from pivot.cluster.driver import ClusterDriver
+    from pivot.cluster.config import OptimizerConfig
     gin_setup.parse(["gin/tiny_cpu.gin"], [])
     d = gin_setup.build()
-    assert d.lr == default_of(ClusterDriver, "lr") == 1e-4
+    assert d.lr == d.optimizer.lr == default_of(OptimizerConfig, "lr") == 1e-4
 
 
 def test_the_ablation_planners_take_pivot_planners_H_binding():

@@ -1,23 +1,22 @@
-"""Random forced shifts on the cluster driver (reliability issue, item 4): vLLM CPU
-engines in Monarch slots, torchtitan trainer, GPS, on the session's one ``ClusterStack``.
+"""Random forced shifts on the cluster driver (the reliability run): vLLM CPU engines in
+Monarch slots, torchtitan trainer, GPS, on the session's one ``ClusterStack``.
 
-A random rollout <-> reward shift at every planner tick (``FORCED_SHIFTS``), training up
-when its batch is ready and down when idle, and the ``ClusterChecker`` after every tick and
-poll: no sequence lost or duplicated, staleness <= 2, a device in one role at a time (in
-the device map and in the slots themselves), KV capacity never exceeded, and every resumed
-sequence's tokens starting with the tokens it had when it was aborted."""
+A random rollout <-> reward shift at every planner tick (gin/deployments/forced_shifts.gin),
+training up when its batch is ready and down when idle, and the ``ClusterChecker`` after
+every tick and poll: no sequence lost or duplicated, staleness <= 2, a device in one role
+at a time (in the device map and in the slots themselves), KV capacity never exceeded, and
+every resumed sequence's tokens starting with the tokens it had when it was aborted."""
 
 import dataclasses
-import functools
 import json
 import time
 
 import pytest
 
-from pivot.cluster.deployments import FORCED_SHIFTS
+from pivot.cluster.config import PlannerCosts, RunConfig
 from pivot.cluster.driver import ClusterDriver
 from pivot.cluster.group import ClusterGroup
-from pivot.reliability.injectors import forced_shift_planner
+from pivot.gin_files import configured, configured_deployment
 from pivot.reliability.cluster_checks import ClusterChecker
 from pivot.rl.data import PromptStream
 from pivot.rl.loop import LoopConfig
@@ -38,11 +37,12 @@ def test_forced_shifts_every_tick_keep_every_invariant(stack, tmp_path):
     # generation lengths are per run: the shared stack (16-token caps) serves longer ones
     group = dataclasses.replace(stack.group, max_response_tokens=RESPONSE_TOKENS,
                                 max_judge_tokens=JUDGE_TOKENS, ignore_eos=True)
-    d = ClusterDriver(group, FORCED_SHIFTS,
-                    PromptStream(prompts_per_step=PROMPTS, num_val=4),
-                    LoopConfig(tick_s=TICK_S, timeout_s=300.0), steps=STEPS,
-                    run_dir=str(tmp_path / "run"), eval_every=-1, stack=stack,
-                    observer=checker)
+    dep = configured_deployment("forced_shifts")
+    d = ClusterDriver(group, dep, PromptStream(prompts_per_step=PROMPTS, num_val=4),
+                      LoopConfig(tick_s=TICK_S, timeout_s=300.0),
+                      run_config=RunConfig(steps=STEPS, run_dir=str(tmp_path / "run"),
+                                           eval_every=-1),
+                      costs=configured(PlannerCosts), stack=stack, observer=checker)
     t0 = time.perf_counter()
     try:
         res = d.run()
@@ -65,7 +65,7 @@ def test_forced_shifts_every_tick_keep_every_invariant(stack, tmp_path):
     n = stack.group.n
     for m in res.steps:   # every prompt reached training with exactly n rewarded responses
         assert m["batch/groups"] == {str(i): [n, n] for i in range(PROMPTS)}
-        assert m["staleness_max"] <= FORCED_SHIFTS.staleness
+        assert m["staleness_max"] <= dep.staleness
     assert res.extra["max_staleness"] <= 2
     # every response ran to its cap across its dispatches: none cut short, none past it
     assert all(m["rollout/response_len_mean"] == RESPONSE_TOKENS for m in res.steps)
@@ -88,18 +88,22 @@ def test_forced_shifts_every_tick_keep_every_invariant(stack, tmp_path):
 @pytest.mark.slow
 def test_forced_shifts_with_tp2_policy_replicas_keep_every_invariant(tmp_path):
     """The same on a stack of its own with a process per role and the policy as TP=2
-    replicas on aligned blocks of slots (gin/local/tp2.gin): a forced shift into rollout
+    replicas on aligned blocks of slots (gin/tiny_cpu_tp2.gin): a forced shift into rollout
     takes a whole block, shifting down as many GenRM slots as it holds."""
     group = ClusterGroup(n=2, max_response_tokens=RESPONSE_TOKENS, max_judge_tokens=JUDGE_TOKENS,
                        ignore_eos=True, policy_replica_devices=2,
                        backend=Backend("cpu", proc_per_role=True))
-    dep = dataclasses.replace(
-        FORCED_SHIFTS, planner=functools.partial(forced_shift_planner, aligned_blocks=True),
-        rollout_devices=2, reward_devices=2)
+    # aligned blocks for the planner, PivotRL's first split of one policy block
+    dep = configured_deployment("forced_shifts",
+                                group=("gin/tiny_cpu.gin", "gin/tiny_cpu_tp2.gin"))
+    assert dep.planner.keywords == {"aligned_blocks": True}
+    assert (dep.rollout_devices, dep.reward_devices) == (2, 2)
     checker = ClusterChecker(slot_every=2)
     d = ClusterDriver(group, dep, PromptStream(prompts_per_step=PROMPTS, num_val=4),
-                    LoopConfig(tick_s=TICK_S, timeout_s=900.0), steps=STEPS,
-                    run_dir=str(tmp_path / "run"), eval_every=-1, observer=checker)
+                      LoopConfig(tick_s=TICK_S, timeout_s=900.0),
+                      run_config=RunConfig(steps=STEPS, run_dir=str(tmp_path / "run"),
+                                           eval_every=-1),
+                      costs=configured(PlannerCosts), observer=checker)
     try:
         res = d.run()
     finally:

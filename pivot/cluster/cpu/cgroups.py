@@ -29,7 +29,7 @@ ACCT_ROOT = Path("/sys/fs/cgroup/cpuacct")
 class SlotCpuShares:
     """Attributes:
         share: fraction of one core per slot (0.5 = 50%); None or <= 0 disables (no
-            default: ``ClusterDriver.cpu_share``'s, or a launcher's flag).
+            default: ``CpuConfig.share``'s, or a launcher's flag).
         name: prefix of the cgroup folders.
         period_us: CFS period.
         root / acct_root: the ``cpu`` and ``cpuacct`` hierarchies (tests point them
