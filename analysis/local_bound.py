@@ -26,19 +26,17 @@ its labels) and the utilization file ``analysis/local_utilization.py`` wrote for
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import statistics
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:   # run as a script, analysis/ is on the path, not the root
-    sys.path.insert(0, str(ROOT))
-from analysis.local_utilization import load_summary  # noqa: E402
-from pivot.cluster.results import (STATIC_BASELINES, row_name,  # noqa: E402
+from pivot.cluster.results import (STATIC_BASELINES, load_summary, row_name,
                                    row_training_slots, summary_devices,
                                    summary_training_default)
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +136,11 @@ def measure(summary: dict, utilization: dict) -> dict:
 
 
 def main() -> None:
-    path, src, _, suffix = load_summary(__doc__)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("summary", nargs="?", default="results/local/throughput.json")
+    path = p.parse_args().summary
+    src, _, suffix = load_summary(path)
     util_f = ROOT / f"results/local/utilization{suffix}.json"
     if not util_f.is_file():
         raise SystemExit(f"local_bound.py: {util_f.relative_to(ROOT)} is missing; the bound "

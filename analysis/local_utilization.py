@@ -74,25 +74,21 @@ def utilization(res: dict) -> dict[str, float]:
     return {k: v / total for k, v in acc.items()}
 
 
-def load_summary(doc: str) -> tuple[str, dict, str, str]:
-    """The throughput summary named on the command line (default the main run), read:
-    its path, contents, tag (its run folders' prefix) and the suffix of the files
-    derived from it (``""`` for the main run, else ``_<tag>``)."""
+def summary_arg(doc: str) -> str:
+    """The throughput summary named on the command line (default the main run)."""
     p = argparse.ArgumentParser(description=doc,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("summary", nargs="?", default="results/local/throughput.json")
-    path = p.parse_args().summary
-    src = json.loads((ROOT / path).read_text())
-    tag = src.get("tag", src["what"])
-    return path, src, tag, "" if tag == "throughput" else f"_{tag}"
+    return p.parse_args().summary
 
 
 def main() -> None:
-    path, src, tag, suffix = load_summary(__doc__)
+    from pivot.cluster.results import load_summary, run_result
+    path = summary_arg(__doc__)
+    src, tag, suffix = load_summary(path)
     per: dict[str, list[dict[str, float]]] = {}
     for row in src["runs"]:
-        f = ROOT / "results/local/runs" / f"{tag}_{row['deployment']}_s{row['seed']}/result.json"
-        u = utilization(json.loads(f.read_text()))
+        u = utilization(run_result(tag, row))
         if u:
             per.setdefault(row["deployment"], []).append(u)
     table = {dep: {k: statistics.fmean(u[k] for u in us) for k in STATES}

@@ -24,6 +24,16 @@ STATIC_BASELINES = ("disaggregated", "rr_colocated")
 """The baselines with a static split, whose best split ratios are taken against (app. E)."""
 
 
+def load_summary(path: str | Path) -> tuple[dict, str, str]:
+    """A summary (a path relative to the repository root, or absolute): its contents, its
+    tag (its run folders' prefix) and the suffix of the files derived from it (``""`` for
+    the main run, else ``_<tag>``)."""
+    p = Path(path)
+    src = json.loads((p if p.is_absolute() else REPO_ROOT / p).read_text())
+    tag = src.get("tag", src["what"])
+    return src, tag, "" if tag == "throughput" else f"_{tag}"
+
+
 def run_result(tag: str, row: dict, out: Path = OUT) -> dict:
     """The whole result of a summary row's run (its trace and shift records too); the
     summaries keep the per-step rows only, so they stay small enough for git."""
