@@ -70,8 +70,8 @@ def run(devices: int, reps: int, kv_mib: int, threads: int | None) -> dict:
         Role.REWARD: functools.partial(InferenceContext, Role.REWARD, kv_tokens, 1024),
         Role.TRAINING: functools.partial(SlotTrainingContext, TinyMLP(POLICY_SIZES)),
     }
-    ctl, spawn_s = timed(MeshController.local, devices, source, factories, time.monotonic,
-                         threads)
+    ctl, spawn_s = timed(functools.partial(MeshController.local, devices, source, factories,
+                                           torch_threads=threads))
     sh = ctl.shifter
     samples: dict[str, list[dict[str, float]]] = {k: [] for k in (
         "rollout_down", "reward_up", "reward_down", "rollout_up", "training_down",
