@@ -4,7 +4,7 @@ with the mechanisms the runs show.
     python analysis/compare_paper.py [--tags "" _p512n16]
 
 Reads results/sim/fig9<tag>.json, fig11<tag>.json, fig14<tag>.json, steady<tag>.json and
-fig10<tag>[_<group>]_utilization.json for each tag (``pivot.sim.experiments.regime``: ""
+fig10<tag>[_<group>]_utilization.json for each tag (``pivot.runners.sim_experiments.regime``: ""
 is 32 prompts x gin n, ``_p512n16`` verl's DAPO batch of 512 x 16) and writes
 results/sim/compare_paper.json and the markdown tables results/sim/compare_paper.md:
 

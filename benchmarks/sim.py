@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 
 from pivot.paths import REPO_ROOT as ROOT
-from pivot.sim.experiments import run_one
+from pivot.runners.sim_experiments import run_one
 
 GROUP = "qwen7b_30b"
 SEQS = [(32, 8), (256, 8), (512, 16), (2048, 16)]

@@ -4,7 +4,7 @@
 
 Runs (1) one short simulated soak per fault kind (replica kills only, mid-shift failures
 only, both), 256 devices, with every invariant checked after every event, and (2) every
-bad-input case of ``pivot.reliability.bad_input``. Reports faults injected and survived,
+bad-input case of ``pivot.runners.bad_input``. Reports faults injected and survived,
 sequences lost, how each bad input ended, and the time to recover from each kind of fault.
 ``--bad-input-only`` reruns (2) alone (a few seconds) and keeps the soak results (1) of the
 existing faults.json.
@@ -21,8 +21,8 @@ from dataclasses import asdict
 
 from pivot.paths import REPO_ROOT as ROOT
 
-from pivot.reliability.bad_input import run_all
-from pivot.reliability.soak import SoakConfig, run_soak
+from pivot.runners.bad_input import run_all
+from pivot.runners.soak import SoakConfig, run_soak
 
 FAULT_KINDS = {
     "replica_killed": dict(kill_rate=0.3, shift_fail_rate=0.0),

@@ -17,7 +17,7 @@ import json
 
 from pivot.paths import REPO_ROOT as ROOT
 
-from pivot.sim.experiments import chosen_split, regime, run_many, wandb_log
+from pivot.runners.sim_experiments import chosen_split, regime, run_many, wandb_log
 
 GROUP = "qwen7b_30b"
 DEPS = ("colocated", "disaggregated", "rr_colocated", "pivotrl")

@@ -20,7 +20,7 @@ import statistics
 
 from pivot.paths import REPO_ROOT as ROOT
 
-from pivot.sim.experiments import chosen_split, fig9_runs, regime, run_or_reuse, wandb_log
+from pivot.runners.sim_experiments import chosen_split, fig9_runs, regime, run_or_reuse, wandb_log
 
 GROUPS = ["qwen1.5b_glm9b", "qwen7b_30b"]
 STRATEGIES = ["disaggregated", "static", "rule_based", "pivotrl"]

@@ -17,7 +17,7 @@ import statistics
 
 from pivot.paths import REPO_ROOT as ROOT
 
-from pivot.sim.experiments import chosen_split, fig9_runs, regime, run_or_reuse, wandb_log
+from pivot.runners.sim_experiments import chosen_split, fig9_runs, regime, run_or_reuse, wandb_log
 
 GROUP = "qwen7b_30b"
 HS = [0.01, 5, 30, 60, 90, 120, 600]

@@ -26,7 +26,7 @@ import time
 
 from pivot.paths import REPO_ROOT as ROOT
 
-from pivot.sim.experiments import GROUPS, regime, run_many, search, wandb_log
+from pivot.runners.sim_experiments import GROUPS, regime, run_many, search, wandb_log
 
 DEPS = ["colocated", "disaggregated", "rr_colocated", "pivotrl"]
 

@@ -18,7 +18,7 @@ from collections import Counter
 
 from pivot.paths import REPO_ROOT as ROOT
 
-from pivot.sim.experiments import chosen_split, run_one
+from pivot.runners.sim_experiments import chosen_split, run_one
 
 SOURCE = {"static": "disaggregated", "rule_based": "disaggregated", "vanilla": "pivotrl",
           "throughput_model": "pivotrl", "full": "pivotrl"}

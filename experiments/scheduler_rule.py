@@ -16,7 +16,7 @@ import json
 import statistics
 
 from pivot.paths import REPO_ROOT as ROOT
-from pivot.sim.experiments import chosen_split, fig9_runs, regime, run_or_reuse
+from pivot.runners.sim_experiments import chosen_split, fig9_runs, regime, run_or_reuse
 
 GROUPS = ["qwen1.5b_glm9b", "qwen7b_30b", "qwen32b_30b", "qwen72b_122b"]
 RULE = "PivotPlanner.scheduler_rule = True"

@@ -21,7 +21,7 @@ from pivot.paths import REPO_ROOT as ROOT
 
 from pivot.errors import ConfigError
 from pivot.reliability.invariants import InvariantError
-from pivot.reliability.soak import SoakConfig, run_soak
+from pivot.runners.soak import SoakConfig, run_soak
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,7 @@ import statistics
 
 from pivot.paths import REPO_ROOT as ROOT
 
-from pivot.sim.experiments import GROUPS, chosen_split, regime, run_many
+from pivot.runners.sim_experiments import GROUPS, chosen_split, regime, run_many
 from pivot.sim.metrics import window_throughput
 
 DEPS = ["colocated", "disaggregated", "rr_colocated", "pivotrl"]

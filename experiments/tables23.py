@@ -19,7 +19,7 @@ import json
 
 from pivot.paths import REPO_ROOT as ROOT
 
-from pivot.sim.experiments import run_many, wandb_log
+from pivot.runners.sim_experiments import run_many, wandb_log
 
 GROUPS = {"qwen1.5b_glm9b": 0.5, "qwen7b_30b": 0.25}
 """Group -> training fraction of the cluster (table 4: 16 of 32, 8 of 32)."""

@@ -42,7 +42,7 @@ def bindings(point: dict, prompts: int, steps: int, seed: int = 0) -> list[str]:
 
 
 def run_point(point: dict, prompts: int, steps: int) -> dict:
-    from pivot.sim.experiments import run_one, wandb_log
+    from pivot.runners.sim_experiments import run_one, wandb_log
     import gin
     b = bindings(point, prompts, steps)
     r = run_one((point["group"], point["strategy"], tuple(b), False))

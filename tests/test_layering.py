@@ -94,7 +94,8 @@ def test_no_test_module_imports_another():
 # ---------------------------------------------------------------- the table of the doc
 def layering_tables(text: str) -> tuple[list[list[str]], list[list[str]]]:
     """The rows (cells) of the two tables of the doc's "Layering" section: the packages'
-    (header ``package``) and the exceptions' (header ``module``)."""
+    (header ``package``) and the exceptions' (header ``module``; none when the section
+    has no such table)."""
     section = text.split("\n## Layering\n", 1)[1].split("\n## ", 1)[0]
     tables: dict[str, list[list[str]]] = {}
     rows: list[list[str]] | None = None
@@ -107,7 +108,7 @@ def layering_tables(text: str) -> tuple[list[list[str]], list[list[str]]]:
             rows = tables.setdefault(cells[0], [])
         elif not set(cells[0]) <= set("-: "):
             rows.append(cells)
-    return tables["package"], tables["module"]
+    return tables["package"], tables.get("module", [])
 
 
 def names(cell: str) -> list[str]:

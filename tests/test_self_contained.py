@@ -58,7 +58,8 @@ def test_nothing_points_outside_the_repository():
 def test_docs_the_code_points_to_exist():
     ref = re.compile(r"(?<![\w/.])((?:docs|third_party)/[\w./*-]*\w)")
     missing = set()
-    for f in product_files(".py", ".gin") + [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]:
+    pages = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+    for f in product_files(".py", ".gin") + pages:
         for m in ref.finditer(f.read_text()):
             if not list(REPO_ROOT.glob(m.group(1))):
                 missing.add(f"{f.relative_to(REPO_ROOT)}: {m.group(1)}")

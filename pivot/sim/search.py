@@ -87,7 +87,7 @@ class SplitSpace:
 @dataclass
 class SearchResult:
     """The chosen split, every split's throughput and, for splits whose run was stopped
-    once proven below the best so far (``pivot.sim.experiments.search``'s ``prune``),
+    once proven below the best so far (``pivot.runners.sim_experiments.search``'s ``prune``),
     the upper bound it was stopped at (in ``tried`` too, where the search compares it)."""
 
     best: Split

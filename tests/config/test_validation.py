@@ -16,7 +16,7 @@ import pytest
 from pivot import gin_setup
 from pivot.config.validation import check, check_bool, check_range, check_text, default_of
 from pivot.errors import ConfigError
-from pivot.reliability.bad_input import CASES, CLEAR, run_case
+from pivot.runners.bad_input import CASES, CLEAR, run_case
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,7 +72,7 @@ def test_default_of_reads_signatures_of_classes_dataclasses_and_gin_wrappers():
     from pivot.cluster.config import OptimizerConfig
     from pivot.cluster.driver import ClusterDriver
     from pivot.planner import PivotPlanner
-    from pivot.reliability.soak import SoakConfig
+    from pivot.runners.soak import SoakConfig
     assert default_of(OptimizerConfig, "lr") == 1e-4
     assert default_of(PivotPlanner, "H") == 60.0
     assert default_of(SoakConfig, "kill_rate") == SoakConfig.kill_rate

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pivot.reliability.soak import SoakConfig, run_soak
+from pivot.runners.soak import SoakConfig, run_soak
 
 
 def test_a_short_soak_with_kills_loses_nothing():
@@ -27,7 +27,7 @@ def test_the_journal_misses_nothing_when_every_event_is_also_fully_checked():
 def _started(devices: int = 64):
     from pivot.reliability.incremental import IncrementalChecker
     from pivot.reliability.sim_state import SimSource
-    from pivot.reliability.soak import build_driver
+    from pivot.runners.soak import build_driver
     from pivot.types import INFERENCE_ROLES, Role
     driver = build_driver(SoakConfig(devices=devices))
     for seq in driver.workflow.release():

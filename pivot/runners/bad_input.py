@@ -78,7 +78,7 @@ def _local(*params: str, files: tuple[str, ...] = ()) -> Callable:
 
 def _soak(**kw) -> Callable:
     def run() -> None:
-        from pivot.reliability.soak import SoakConfig
+        from pivot.runners.soak import SoakConfig
         SoakConfig(**kw)
     return run
 

@@ -4,7 +4,7 @@ when the bindings are the same, and the throughput window past the pipeline fill
 import pytest
 
 from experiments.fig9 import merge
-from pivot.sim.experiments import run_key, run_or_reuse
+from pivot.runners.sim_experiments import run_key, run_or_reuse
 from pivot.sim.metrics import window_throughput
 
 SETTINGS = {"seeds": 3, "steps": 5, "prompts": 512, "n": 16, "search_steps": 5,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pivot.reliability.bad_input import CASES, run_case
+from pivot.runners.bad_input import CASES, run_case
 
 ROOT = Path(__file__).resolve().parents[2]
 FINDINGS: dict[str, str] = {}
