@@ -1,4 +1,4 @@
-"""Where a local run's device time goes (the issue's "show where the time goes"; fig. 3's
+"""Where a local run's device time goes (fig. 3's
 throughput headroom, measured on the slots).
 
 For each run it splits slot-seconds, from the end of step 1 to the end of the last step

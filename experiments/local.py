@@ -191,7 +191,7 @@ def run_all(runs: list[tuple[Variant, int]], group: Sequence[str], common: Seque
     try:
         if warmup_steps > 0:
             # A fresh stack's first run paid 12-15 s more than the same run later (the
-            # engines' first batches of each model and size; STATUS.md): a
+            # engines' first batches of each model and size): a
             # discarded PivotRL run (both models on every slot) takes it for all.
             t = time.perf_counter()
             warm = Variant("pivotrl", "pivotrl", deployment_file("pivotrl"))

@@ -1,7 +1,8 @@
 """A plain GRPO loop on the built tiny policy, without the system: transformers samples,
 the product's ``Trainer`` and GRPO batch train, on-policy (no staleness, no GenRM, no
-engines, no GPS, no shifts). It answers one question about the local run's convergence
-(STATUS.md, "The main job"): does the system learn as a plain loop on the same data does?
+engines, no GPS, no shifts). It answers one question about the local run's
+convergence (docs/results.md, "Convergence (fig. 15)"): does the system learn as a plain
+loop on the same data does?
 A system bug (weights that do not reach the engines, misaligned log-probs, a batch built
 wrong) would show as the two disagreeing; the same curve says the limit is the setting.
 

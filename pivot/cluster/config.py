@@ -114,7 +114,7 @@ class OptimizerConfig:
     Attributes:
         lr: learning rate. 1e-4: on worked sums 3e-4 lowered validation accuracy in every
             run, 1e-4 holds it and 3e-5 leaves it unmoved (results/local/lr_probe/new_*,
-            STATUS.md "Convergence").
+            docs/results.md, "Convergence (fig. 15)").
     """
 
     lr: float = 1e-4

@@ -5,7 +5,7 @@ Sequence ids: a trajectory t's response is ``2t`` and its judgement ``2t + 1``, 
 roles' sequences never collide in an engine. The generator port keeps its own copies of
 the sequence states (tokens kept across aborts); the schedulers keep theirs.
 
-Every operation that calls the slots is written once as steps (``pivot.runtime.waits``):
+Every operation that calls the slots is written once as steps (``pivot.waits``):
 the plain methods block (provisioning, tests), the ``_async`` ones and the two services
 await the slots, so the RL loop's event loop never blocks on a slot call. The awaiting
 operations hold ``lock`` from their first scheduler change to their last result, so no

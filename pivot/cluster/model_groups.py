@@ -1,4 +1,4 @@
-"""A paper model group (``gin/qwen*.gin``) on the real driver (issue 15, item 1).
+"""A paper model group (``gin/qwen*.gin``) on the real driver.
 
 A model group's gin file binds ``ModelGroup`` (table 1: the models, their replica sizes,
 the devices, the training column of table 4, the batch) for the simulator. Running the

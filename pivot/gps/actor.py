@@ -39,7 +39,7 @@ class GPSActor(Actor):
     def free_ports(self, n: int) -> tuple[int, ...]:
         """``n`` distinct TCP ports free on this host now: the one actor on every host
         also answers for the rendezvous of the TP blocks the host holds
-        (``pivot.cluster.contexts.rendezvous_ports``)."""
+        (``pivot.roles.engine.slot_context.rendezvous_ports``)."""
         from pivot.ports import free_ports
         return free_ports(n)
 

@@ -2,16 +2,15 @@
 
 On a cluster the controller does not read a model and push it to the hosts: each GPS host
 reads only the row ranges it holds (:func:`pivot.gps.recovery.host_shards`, by safetensors
-slices, :class:`CheckpointRows`) from a folder every host sees (a shared file system; here
-one machine). The load is one commit across the hosts like a Write (sec. 5.1): stage on
-every host, each fills itself, prepare, install, publish; a failure before publishing
-discards it everywhere.
+slices, :class:`pivot.safetensors_rows.SafetensorsRows`) from a folder every host sees (a
+shared file system; here one machine). The load is one commit across the hosts like a
+Write (sec. 5.1): stage on every host, each fills itself, prepare, install, publish; a
+failure before publishing discards it everywhere.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,9 +18,9 @@ from typing import TYPE_CHECKING
 from pivot.errors import ConfigError
 from pivot.gps.layout import ModelMeta, ParamMeta
 from pivot.gps.recovery import host_shards
+from pivot.safetensors_rows import SafetensorsRows, checkpoint_files
 
 if TYPE_CHECKING:
-    import torch
 
     from pivot.gps.client import GlobalParameterStorage
     from pivot.gps.storage import HostStore
@@ -30,28 +29,13 @@ _ST_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "fl
               "I64": "int64", "I32": "int32", "U8": "uint8", "I8": "int8"}
 
 
-def _files(folder: Path) -> list[Path]:
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            return [folder / f for f in sorted(set(json.loads(index.read_text())
-                                                   ["weight_map"].values()))]
-        except (ValueError, KeyError) as e:
-            raise ConfigError(f"{index}: not a safetensors index with a 'weight_map' ({e}); "
-                              f"re-save the checkpoint") from None
-    if (folder / "model.safetensors").is_file():
-        return [folder / "model.safetensors"]
-    raise ConfigError(f"{folder}: no model.safetensors nor model.safetensors.index.json; "
-                      f"point at a Hugging Face model folder")
-
-
 def checkpoint_meta(name: str, folder: str | Path) -> ModelMeta:
     """The parameters (HF names, shapes, dtypes) of the checkpoint in ``folder``, read from
     the safetensors headers only."""
     from safetensors import safe_open
 
     params = []
-    for f in _files(Path(folder)):
+    for f in checkpoint_files(folder):
         with safe_open(str(f), framework="pt", device="cpu") as h:
             for k in h.keys():
                 sl = h.get_slice(k)
@@ -63,34 +47,10 @@ def checkpoint_meta(name: str, folder: str | Path) -> ModelMeta:
     return ModelMeta(name, tuple(params))
 
 
-class CheckpointRows:
-    """Rows of the tensors of a HF checkpoint folder, read by safetensors slices: only the
-    bytes of the requested rows are read, and ``bytes_read`` counts them, so a host can
-    show it read only its own shards."""
-
-    def __init__(self, folder: str | Path) -> None:
-        from safetensors import safe_open
-
-        self._file_of = {}
-        for f in _files(Path(folder)):
-            h = safe_open(str(f), framework="pt", device="cpu")
-            self._file_of.update(dict.fromkeys(h.keys(), h))
-        self.bytes_read = 0
-
-    def shape(self, name: str) -> tuple[int, ...]:
-        """Raises KeyError for a tensor the folder does not hold."""
-        return tuple(self._file_of[name].get_slice(name).get_shape())
-
-    def rows(self, name: str, start: int, stop: int) -> torch.Tensor:
-        t = self._file_of[name].get_slice(name)[start:stop]
-        self.bytes_read += t.numel() * t.element_size()
-        return t
-
-
 def fill_host(store: HostStore, model: str, version: int, folder: str | Path) -> int:
     """Copies this host's shards of ``model`` from ``folder`` into its staged ``version``;
     returns the bytes read (only this host's rows)."""
-    reader = CheckpointRows(folder)
+    reader = SafetensorsRows(folder)
     meta = store.models[model]
     want = {p.name: p for p in meta.params}
     for name, p in want.items():

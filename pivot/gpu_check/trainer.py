@@ -87,7 +87,7 @@ def trainer_check(setup, batch_fn) -> dict:
     """Runs part c; ``batch_fn(setup, vocab, seed)`` is gpu_check's ``grpo_batch``."""
     try:
         import pivot.roles.titan.qwen2  # noqa: F401  (torchtitan, imported by the build)
-        from pivot.roles.titan.hf_shards import SafetensorsRows
+        from pivot.safetensors_rows import SafetensorsRows
         import safetensors  # noqa: F401  (the checkpoint's reader)
 
         from pivot.rl.batch import TrainBatch

@@ -29,7 +29,7 @@ class Planner(abc.ABC):
 
     aligned_blocks = False
     """Whether every inference replica this planner places sits on an aligned block of one
-    host (``pivot.planner.blocks``, issue 15 item 2): on wherever a replica's TP/EP groups
+    host (``pivot.planner.blocks``, sec. 5.2): on wherever a replica's TP/EP groups
     are fixed when its engine starts. Every placing planner takes it as a constructor
     argument and hands it to ``Planner.__init__``."""
 

@@ -41,7 +41,7 @@ class PivotPlanner(Planner):
             block of one host (devices at places [j*k, (j+1)*k) within it, never across
             hosts) and grow a role only onto blocks whose every device is freed
             (``pivot.planner.blocks``, ``prepare_aligned_shift_pairs``). For GPUs, where a
-            replica's TP/EP groups are fixed when its engine starts (issue 15 item 2).
+            replica's TP/EP groups are fixed when its engine starts (sec. 5.2).
             Off by default: the planner's plans are then exactly those it made before the
             option existed (tests/planner/test_blocks.py holds their digest).
         scheduler_rule: the what-if dispatches under the real scheduler's eligibility

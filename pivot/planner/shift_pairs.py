@@ -131,7 +131,7 @@ def prepare_shift_pairs(snap: WorkloadSnapshot, up: Role,
 
 def prepare_aligned_shift_pairs(snap: WorkloadSnapshot, up: Role,
                                 models: dict[Role, ThroughputModel]) -> list[ShiftPair]:
-    """Step 2 under aligned blocks (issue 15 item 2, ``pivot.planner.blocks``): the new
+    """Step 2 under aligned blocks (sec. 5.2, ``pivot.planner.blocks``): the new
     replicas of ``up`` (``u`` devices each) go on aligned blocks of ``u`` only.
 
     A block can be freed when each of its devices is idle, held by a replica of the other

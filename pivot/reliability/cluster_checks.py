@@ -408,7 +408,7 @@ def _wrap(obj: object, name: str, make: Callable[[Callable], Callable]) -> None:
 
 
 def _steps_then(f: Callable, after: Callable[[], object]) -> Callable:
-    """Steps ``f`` (``pivot.runtime.waits``), then ``after()`` once they returned."""
+    """Steps ``f`` (``pivot.waits``), then ``after()`` once they returned."""
     def _f(*args, **kwargs):
         out = yield from f(*args, **kwargs)
         after()

@@ -1,4 +1,4 @@
-"""Fault injectors for the simulator: forced shifts and replica deaths (reliability issue).
+"""Fault injectors for the simulator: forced shifts and replica deaths.
 
 ``ForcedShiftPlanner`` is a real ``Planner``: every tick it returns a valid random shift
 plan (one replica of one inference role shifts down, idle and freed devices shift up into
@@ -179,7 +179,7 @@ def forced_shift_planner(rollout_model, reward_model, seed: int = 0,
                          aligned_blocks: bool = default_of(_FORCED, "aligned_blocks")
                          ) -> ForcedShiftPlanner:
     """A ``Deployment.planner`` factory (called as ``planner(rollout_model, reward_model)``)
-    of random forced shifts for the cluster driver (reliability issue, item 4):
+    of random forced shifts for the cluster driver (docs/results.md, "Reliability"):
     ``Deployment.planner = @forced_shift_planner`` (``gin/deployments/forced_shifts.gin``).
 
     Args:

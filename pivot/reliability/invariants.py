@@ -1,4 +1,4 @@
-"""The control plane's invariants, checked from its state alone (reliability issue).
+"""The control plane's invariants, checked from its state alone.
 
 ``check_state`` is pure: it reads a ``ControlState`` (the schedulers, the device map, the
 RL workflow's version counters, and optionally what the engines say they run) and returns

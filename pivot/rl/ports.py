@@ -1,6 +1,6 @@
-"""What the RL loop needs from a driver: four small ports (docs/design.md "one control plane,
-three drivers"). The cluster driver implements them over vLLM engines in Monarch device
-slots and the torchtitan trainer; tests implement them in memory.
+"""What the RL loop needs from a driver: four small ports (docs/design.md, "One control
+plane, two drivers, two backends"). The cluster driver implements them over vLLM engines
+in Monarch device slots and the torchtitan trainer; tests implement them in memory.
 """
 
 from __future__ import annotations

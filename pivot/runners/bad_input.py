@@ -1,4 +1,4 @@
-"""Bad input, tried systematically (reliability issue, item 6).
+"""Bad input, tried systematically.
 
 Each ``Case`` feeds one malformed input to the real entry point that receives it and
 reports how it ended:

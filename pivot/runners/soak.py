@@ -1,6 +1,6 @@
 """The simulated soak: the real control plane on a large simulated cluster, shifted far
 more often than any planner would, with replicas killed and recovered, and every invariant
-checked after every event (reliability issue, item 2).
+checked after every event.
 
     report = run_soak(SoakConfig(devices=1024, target_shifts=10_000))
 

@@ -67,9 +67,9 @@ class Backend:
     """Run on ``cuda`` though no GPU run has checked it. The trainer is written for a
     slot's GPU (bf16, meta-device build, NCCL side groups: ``pivot.roles.trainer``,
     ``pivot.compat.torch_dist.nccl_side_group``) and the engines for vLLM's sleep mode
-    (``VllmSleepMemory``), but none of it has run on a GPU (STATUS.md, 'Cluster
-    backend'): ``check`` refuses ``cuda`` unless this is True, and the console then says
-    so at the start of the run."""
+    (``VllmSleepMemory``), but none of it has run on a GPU (docs/results.md, "The
+    cluster backend: what has run"): ``check`` refuses ``cuda`` unless this is True, and
+    the console then says so at the start of the run."""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -175,9 +175,10 @@ class Backend:
         if self.kind == "cuda" and not self.untested_cuda:
             fail("Backend.kind", self.kind,
                  f"no GPU run has checked the cuda backend yet (the trainer's bf16 / NCCL "
-                 f"path and vLLM's sleep mode are written, never run on a GPU: STATUS.md, "
-                 f"'Cluster backend'){src}; run launchers/gpu_check.py on one GPU first, "
-                 f"then bind Backend.untested_cuda = True to run it anyway")
+                 f"path and vLLM's sleep mode are written, never run on a GPU: "
+                 f"docs/results.md, 'The cluster backend: what has run'){src}; run "
+                 f"launchers/gpu_check.py on one GPU first, then bind "
+                 f"Backend.untested_cuda = True to run it anyway")
 
     @property
     def warning(self) -> str | None:

@@ -198,7 +198,7 @@ class SimDriver:
             order.sort(key=lambda rc: -self.shapes[rc[0]].replica_devices)
         for role, count in order:
             size = self.shapes[role].replica_devices
-            if aligned:  # issue 15 item 2: whole aligned blocks of one host
+            if aligned:  # sec. 5.2: whole aligned blocks of one host
                 groups = free_blocks(self.device_map.device_host, size, free)[:count // size]
             else:
                 groups = _host_groups(free[:count], self.device_map.device_host, size,

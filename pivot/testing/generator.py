@@ -2,7 +2,7 @@
 ``pivot.testing``).
 
 The product runs each engine inside a device slot: ``pivot.runtime.slot.SlotActor`` holds
-the slot's ``pivot.cluster.contexts.SlotGeneratorContext`` (a ``GeneratorContext``) and the
+the slot's ``pivot.roles.engine.slot_context.SlotGeneratorContext`` (a ``GeneratorContext``) and the
 cluster driver reaches it through ``pivot.cluster.fleet.SlotHandle``. The tests of the engine
 behind an actor boundary (tests/roles/test_generator_actor.py, a replica's process killed
 in tests/reliability/test_replica_kill.py) and ``benchmarks/engine.py`` use a bare

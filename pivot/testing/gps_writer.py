@@ -1,4 +1,4 @@
-"""A GPS writer in a process of its own, to be killed mid-Write (tests of issue 15, item 4).
+"""A GPS writer in a process of its own, to be killed mid-Write (the Write lease's tests, sec. 5.1).
 
 ``GPSWriter`` is a Monarch actor holding a :class:`GlobalParameterStorage` client over the
 GPS host actors it is given; ``start_write`` runs a real Write in the background through

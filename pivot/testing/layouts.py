@@ -1,7 +1,7 @@
 """Random device layouts for planner tests (tests only; see ``pivot.testing``): hosts of
 several sizes, rollout and reward replicas of several devices each, placed on aligned
 blocks, on contiguous runs that may cross a host, or on scattered devices, and training
-holding, waiting for or running on devices. Issue 15 item 2 (aligned blocks): the
+holding, waiting for or running on devices. Aligned blocks (sec. 5.2): the
 planner's aligned-block option is checked on these, and so is its unchanged default.
 
 Built from one ``random.Random`` so hypothesis (``st.randoms``) and fixed seeds share it.

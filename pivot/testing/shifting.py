@@ -4,8 +4,9 @@ benchmarks only; see ``pivot.testing``).
 ``InferenceContext`` and ``TrainingContext`` implement ``pivot.shifting.contexts.RoleContext``
 over plain tensors and a ``TinyMLP``, so the shift tables, the device slot and the mesh
 controller can be exercised without vLLM or torchtitan (the product contexts are
-``pivot.cluster.contexts``). ``InMemoryParameterSource`` is a ``ParameterSource`` holding every
-model fully replicated in this process, standing in for the Global Parameter Storage.
+``pivot.roles.engine.slot_context`` and ``pivot.roles.trainer_context``).
+``InMemoryParameterSource`` is a ``ParameterSource`` holding every model fully replicated
+in this process, standing in for the Global Parameter Storage.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ def sharded_qwen2_rank(rank: int, world: int, init_file: str, model_dir: str, id
     from torch.distributed.device_mesh import init_device_mesh
 
     from pivot.losses.grpo import token_logprobs
-    from pivot.roles.titan.hf_shards import SafetensorsRows, hf_shards, load_hf_shards
+    from pivot.roles.titan.hf_shards import hf_shards, load_hf_shards
+    from pivot.safetensors_rows import SafetensorsRows
     from pivot.roles.titan.qwen2 import (Qwen2Shape, build_qwen2, qwen2_model_config,
                                          state_dict_adapter)
 

@@ -17,7 +17,7 @@ def trainer_rank(rank: int, world: int, init_file: str, model_dir: str, precisio
     import torch
     import torch.distributed as dist
 
-    from pivot.roles.titan.hf_shards import SafetensorsRows
+    from pivot.safetensors_rows import SafetensorsRows
     from pivot.roles.trainer import Trainer
 
     torch.set_num_threads(1)

@@ -1,5 +1,5 @@
-"""An expert-parallel GenRM replica inside the slot runtime (issue 15 item 2: "Replicas of
-several GPUs (TP, and EP for MoE GenRMs)"): two slots of one process per role whose
+"""An expert-parallel GenRM replica inside the slot runtime (EP, as the paper
+serves its MoE GenRMs): two slots of one process per role whose
 reward engines are the two ranks of an ``external_launcher`` replica of a tiny Qwen3-MoE
 with ``enable_expert_parallel`` (each rank 2 of the 4 experts of every layer, attention
 TP=2). Rank 0 mirrors every engine call; each rank Reads its part from GPS (its own

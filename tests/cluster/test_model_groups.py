@@ -1,4 +1,4 @@
-"""A paper model group on the real driver (issue 15, item 1): one extra gin file switches
+"""A paper model group on the real driver: one extra gin file switches
 ``gin/qwen*.gin`` from the simulator to the real driver on a backend, and what the
 backend cannot run is refused before any process starts."""
 

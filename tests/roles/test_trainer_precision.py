@@ -1,4 +1,4 @@
-"""The trainer's device, precision and meta-device options (issue 15, item 3), on the CPU.
+"""The trainer's device, precision and meta-device options, on the CPU.
 
 bf16 keeps fp32 master weights and AdamW state and computes in bf16 (autocast on one rank,
 FSDP2's ``MixedPrecisionPolicy`` when sharded): its log-probs and loss stay within bf16's

@@ -1,4 +1,4 @@
-"""The device backend (issue 15, item 1): selection, and what it refuses before any
+"""The device backend: selection, and what it refuses before any
 process starts."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The GPS Write lease holder of a slot (sec. 5.1; issue 15, item 4)."""
+"""The GPS Write lease holder of a slot (sec. 5.1)."""
 
 from pivot.runtime.gps_source import writer_id
 

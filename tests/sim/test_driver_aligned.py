@@ -1,4 +1,4 @@
-"""The sim driver with the planner's aligned blocks (issue 15 item 2): the provisioning
+"""The sim driver with the planner's aligned blocks: the provisioning
 and every shift the executor carries out put each replica on an aligned block of one
 host, through the real executor and device map."""
 

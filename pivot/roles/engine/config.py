@@ -1,6 +1,6 @@
 """Engine configuration and the process settings vLLM's CPU build needs (docs/stack.md).
 
-Layout choice (issue "Real role engines", item 2): one in-process vLLM engine per device
+Layout choice: one in-process vLLM engine per device
 slot. Policy and GenRM share one Qwen3 architecture and tokenizer
 (``pivot.models.config``), so the slot's one engine serves either model; a role shift
 between rollout and reward swaps weights through ``reload_weights`` and never restarts

@@ -1,5 +1,5 @@
-"""A replica of several devices kept in lockstep by mirroring its engine calls (issue 15,
-item 2; sec. 5.2).
+"""A replica of several devices kept in lockstep by mirroring its engine calls
+(sec. 5.2).
 
 Every rank of a tensor-parallel replica holds a full ``VllmEngine`` built with vLLM's
 ``external_launcher`` executor; each forward all-reduces across the ranks, so the ranks

@@ -1,5 +1,5 @@
 """A tensor-parallel rank's own shard of a model, Read from GPS (sec. 5.1, Read(M, G, P)
-with P = TP k) and handed to vLLM's loaders (issue 15 item 2).
+with P = TP k) and handed to vLLM's loaders.
 
 vLLM loads a TP rank's weights from full Hugging Face tensors: each parameter's loader
 narrows the tensor to the rank's rows or columns (``ColumnParallelLinear``, the fused

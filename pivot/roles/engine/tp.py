@@ -1,5 +1,5 @@
 """Replicas of several devices: one process per device, vLLM's ``external_launcher``
-executor, rank 0 broadcasting the step decisions (issue 15 items 2 and 6).
+executor, rank 0 broadcasting the step decisions.
 
 A tensor-parallel replica of k devices runs k processes, one per device, each holding a
 full vLLM ``LLMEngine`` with ``tensor_parallel_size=k`` and

@@ -1,4 +1,4 @@
-"""A tensor-parallel replica as Monarch procs, one per device (issue 15 item 2): each
+"""A tensor-parallel replica as Monarch procs, one per device: each
 proc holds a ``TpRankActor``, ``monarch.spmd.setup_torch_elastic_env`` gives the procs
 torchrun's variables, and each actor builds its rank's ``external_launcher`` engine
 (``pivot.roles.engine.tp``). Only rank 0 is handed the step decisions; it broadcasts them.

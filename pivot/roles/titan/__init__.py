@@ -1,1 +1,2 @@
-"""torchtitan pieces of the training role: model from a HF config, batch, role context."""
+"""torchtitan pieces of the training role: model from a HF config, FSDP2 sharding,
+rows of a checkpoint, the role context."""

@@ -9,8 +9,8 @@ The tensors are freed *in place*: a tensor's storage is resized to 0 bytes and l
 resized back and refilled. The tensor objects survive, so the optimizer's state dict,
 FSDP's sharded parameters and the DTensor wrappers stay valid and nothing is rebuilt.
 On CPU the "host buffer" is a separate CPU tensor (a ``clone``); on a GPU the same code
-copies to pinned host memory, so both copies run by DMA at full speed (issue 15, item 3;
-``launchers/gpu_check.py`` checks the round trip and the device memory returned).
+copies to pinned host memory, so both copies run by DMA at full speed
+(``launchers/gpu_check.py`` checks the round trip and the device memory returned).
 """
 
 from __future__ import annotations

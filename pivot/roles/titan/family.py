@@ -1,5 +1,5 @@
-"""The policy's model family, chosen by its ``config.json``'s ``model_type`` (issue 15,
-item 3): the paper's policies are Qwen2.5 (``qwen2``); the tiny CPU policy is a Qwen3.
+"""The policy's model family, chosen by its ``config.json``'s ``model_type``:
+the paper's policies are Qwen2.5 (``qwen2``); the tiny CPU policy is a Qwen3.
 Both are torchtitan Qwen3 blocks (``pivot.roles.titan.model`` / ``qwen2``); the trainer
 sees only this record, never the family."""
 

@@ -1,4 +1,4 @@
-"""Each rank Reads and Writes only its own shard of a HF-named checkpoint (issue 15, item 3).
+"""Each rank Reads and Writes only its own shard of a HF-named checkpoint.
 
 A model built on the meta device and sharded with FSDP2 (dim-0 chunks, ``torch.chunk``'s
 split) holds on each rank a contiguous row range of every parameter. This module maps
@@ -19,16 +19,14 @@ anything else (TP, HSDP) raises.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 import torch
 from torch.distributed.tensor import DTensor, Shard
 
-from pivot.errors import ConfigError, StateError
+from pivot.errors import StateError
 
 __all__ = [
     "ChunkRows",
@@ -36,7 +34,6 @@ __all__ = [
     "chunk_of",
     "RowReader",
     "RowSegment",
-    "SafetensorsRows",
     "fused_qkv_segments",
     "StateDictRows",
     "hf_shapes",
@@ -128,46 +125,6 @@ class ChunkRows:
             raise StateError(f"ChunkRows: rows [{start}, {stop}) of {name} lie outside "
                              f"this rank's chunk [{lo}, {hi}); read full tensors instead")
         return self.chunks[name][start - lo:stop - lo]
-
-
-class SafetensorsRows:
-    """Rows read by slices from a HF checkpoint folder (``model.safetensors`` or a sharded
-    ``model.safetensors.index.json``): only the bytes of the requested rows are read.
-
-    ``bytes_read`` counts what was read, so a caller can show it read only its shard.
-    """
-
-    def __init__(self, folder: str | Path) -> None:
-        from safetensors import safe_open
-
-        folder = Path(folder)
-        index = folder / "model.safetensors.index.json"
-        if index.is_file():
-            try:
-                weight_map = json.loads(index.read_text())["weight_map"]
-            except (ValueError, KeyError) as e:
-                raise ConfigError(f"{index}: not a safetensors index with a 'weight_map' "
-                                  f"({e}); re-save the checkpoint") from None
-            files = sorted(set(weight_map.values()))
-        elif (folder / "model.safetensors").is_file():
-            files, weight_map = ["model.safetensors"], None
-        else:
-            raise ConfigError(f"{folder}: no model.safetensors nor "
-                              f"model.safetensors.index.json; point at a HF model folder")
-        self._handles = {f: safe_open(str(folder / f), framework="pt", device="cpu")
-                         for f in files}
-        if weight_map is None:
-            weight_map = {k: files[0] for k in self._handles[files[0]].keys()}
-        self._where = weight_map
-        self.bytes_read = 0
-
-    def shape(self, name: str) -> tuple[int, ...]:
-        return tuple(self._handles[self._where[name]].get_slice(name).get_shape())
-
-    def rows(self, name: str, start: int, stop: int) -> torch.Tensor:
-        t = self._handles[self._where[name]].get_slice(name)[start:stop]
-        self.bytes_read += t.numel() * t.element_size()
-        return t
 
 
 def local_rows(p: torch.Tensor) -> tuple[int, int]:

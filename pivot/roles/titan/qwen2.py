@@ -1,4 +1,4 @@
-"""Qwen2 / Qwen2.5 from torchtitan's Qwen3 blocks (issue 15, item 3; the paper's policies,
+"""Qwen2 / Qwen2.5 from torchtitan's Qwen3 blocks (the paper's policies,
 sec. 8, table 1).
 
 torchtitan 0.3.0 ships Qwen3 but not Qwen2. A dense Qwen2 is a Qwen3 with three changes,

@@ -1,5 +1,4 @@
-"""FSDP2 over a 1-D mesh and the meta-device build of a torchtitan Qwen model (sec. 8.1;
-issue 15, item 3).
+"""FSDP2 over a 1-D mesh and the meta-device build of a torchtitan Qwen model (sec. 8.1).
 
 Both model families (``pivot.roles.titan.family``) are torchtitan ``Qwen3Model`` classes,
 so one build serves them: on the meta device, sharded per transformer block and at the

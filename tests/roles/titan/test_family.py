@@ -1,4 +1,4 @@
-"""The trainer builds the policy's family from its config (issue 15, item 3): a Qwen2
+"""The trainer builds the policy's family from its config: a Qwen2
 policy (the paper's Qwen2.5) trains through the same ``Trainer`` as the tiny Qwen3, checked
 against transformers' ``Qwen2ForCausalLM`` before and after a GRPO step."""
 

@@ -9,10 +9,10 @@ import torch
 
 from pivot.errors import ConfigError, StateError
 from pivot.losses.grpo import token_logprobs
+from pivot.safetensors_rows import SafetensorsRows
 from pivot.roles.titan.hf_shards import (
     HFShard,
     RowSegment,
-    SafetensorsRows,
     StateDictRows,
     fused_qkv_segments,
     hf_shapes,
