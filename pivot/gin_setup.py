@@ -16,6 +16,7 @@ from pathlib import Path
 
 import gin
 
+from pivot.config.validation import build_required
 from pivot.errors import ConfigError, PivotError
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,8 @@ def parse(gin_files: list[str], bindings: list[str]) -> None:
 def build() -> object:
     """Builds the driver, turning gin's wrapped errors into ConfigError with the binding."""
     try:
-        return build_driver()
+        return build_required(build_driver, "bind it in the model group's gin file (gin/base.gin "
+                                            "binds the simulator's fitted constants)")
     except PivotError as e:
         raise ConfigError(f"{e}") from None
     except (ValueError, TypeError) as e:

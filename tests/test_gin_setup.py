@@ -64,3 +64,26 @@ def test_every_deployment_file_parses_over_the_default():
         assert gin.query_parameter("PivotPlanner.scheduler_rule") is True
     finally:
         gin.clear_config()
+
+
+def test_a_fitted_constant_left_unbound_is_a_config_error_naming_it(tmp_path, monkeypatch):
+    """``TrainingProfile.update_mfu`` has no default (a fit, gin/base.gin binds it): a group
+    whose files leave it out fails to build with a ConfigError naming the binding, not
+    gin's RuntimeError."""
+    import pytest
+
+    from pivot import gin_setup
+    from pivot.errors import ConfigError
+    from pivot.paths import REPO_ROOT
+
+    monkeypatch.chdir(REPO_ROOT)
+    base = tmp_path / "base.gin"
+    base.write_text("".join(line for line in (REPO_ROOT / "gin/base.gin").read_text()
+                            .splitlines(keepends=True)
+                            if not line.startswith("TrainingProfile.update_mfu")))
+    group = tmp_path / "group.gin"
+    group.write_text((REPO_ROOT / "gin/qwen7b_30b.gin").read_text()
+                     .replace("include 'gin/base.gin'", f"include '{base}'"))
+    gin_setup.parse([str(group)], [])
+    with pytest.raises(ConfigError, match=r"TrainingProfile\.update_mfu: required"):
+        gin_setup.build()

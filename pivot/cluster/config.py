@@ -13,18 +13,13 @@ against a step's rows: ``pivot/cluster/driver.py``).
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
 
 import gin
 
 from pivot.config.validation import check, check_bool, check_range, check_text
-from pivot.errors import ConfigError
 from pivot.scheduler.throughput import ThroughputModel
 
-T = TypeVar("T")
 
 Latency = tuple[float, float, float, float]
 
@@ -145,20 +140,6 @@ class FaultBudget:
                     why="failed shift plans the run survives; 0: the first one ends it")
         check_range("FaultBudget.max_slot_deaths", self.max_slot_deaths, 0, integer=True,
                     why="slot processes that may die mid-run; 0: the first death ends it")
-
-
-def build_required(build: Callable[[], T], fix: str) -> T:
-    """``build()`` of a setting with required bindings (``gin.REQUIRED``); gin's error for
-    a missing one becomes a ConfigError naming each binding and ``fix``."""
-    try:
-        return build()
-    except RuntimeError as e:
-        m = re.search(r"Required bindings for `(\w+)` not provided in config: \[(.*?)\]",
-                      str(e))
-        if m is None:
-            raise
-        names = ", ".join(f"{m.group(1)}.{n.strip(chr(39))}" for n in m.group(2).split(", "))
-        raise ConfigError(f"{names}: required (no default), not bound; {fix}") from None
 
 
 COSTS_FIX = ("bind the engines' decode-latency fit (A, B, C, D) in the model group's gin "

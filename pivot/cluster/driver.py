@@ -25,11 +25,11 @@ from typing import Any
 
 import gin
 
-from pivot.config.validation import check, check_range, default_of
+from pivot.config.validation import build_required, check, check_range, default_of
 from pivot.errors import ConfigError
 from pivot.cluster.closers import run_closers
 from pivot.cluster.config import (COSTS_FIX, FaultBudget, OptimizerConfig, PlannerCosts,
-                                  RunConfig, build_required)
+                                  RunConfig)
 from pivot.cluster.cpu.config import CpuConfig
 from pivot.cluster.faults import stopped_by
 from pivot.cluster.group import ClusterGroup

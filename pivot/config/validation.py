@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
+from collections.abc import Callable
 from numbers import Integral, Real
-from typing import Any
+from typing import Any, TypeVar
 
 import gin
 
@@ -89,3 +91,20 @@ def default_of(cls: Any, name: str) -> Any:
     if p is None or p.default is inspect.Parameter.empty or p.default is gin.REQUIRED:
         raise TypeError(f"{getattr(cls, '__name__', cls)} has no default for {name!r}")
     return p.default
+
+
+T = TypeVar("T")
+
+
+def build_required(build: Callable[[], T], fix: str) -> T:
+    """``build()`` of a setting with required bindings (``gin.REQUIRED``); gin's error for
+    a missing one becomes a ConfigError naming each binding and ``fix``."""
+    try:
+        return build()
+    except RuntimeError as e:
+        m = re.search(r"Required bindings for `(\w+)` not provided in config: \[(.*?)\]",
+                      str(e))
+        if m is None:
+            raise
+        names = ", ".join(f"{m.group(1)}.{n.strip(chr(39))}" for n in m.group(2).split(", "))
+        raise ConfigError(f"{names}: required (no default), not bound; {fix}") from None
