@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from pivot.cluster.config import FaultBudget
 from pivot.cluster.faults import SlotFaults
 from pivot.planner.monitor import RoleShape, snapshot
 from pivot.errors import StateError
@@ -46,24 +47,23 @@ class ClusterControl:
         shapes: role -> RoleShape; train_needed: training's devices.
         tau_train: training's shift time (s); release_idle_training: static strategy.
         clock: time source.
-        max_shift_failures: plans whose slot work may fail before the run stops. A
-            replica's failed shift up or down leaves its devices LOST (``Shifter``) with
-            the schedulers consistent (its sequences were migrated before, or never
-            arrived), so the run goes on without those devices; the next failure past
-            this many ends the run with it.
-        max_slot_deaths / on_replaced: slot processes that may die before the run stops,
-            and what to do with a replaced slot's new processes (``SlotFaults``).
+        faults: the plans whose slot work may fail and the slot processes that may die
+            before the run stops (``FaultBudget``). A replica's failed shift up or down
+            leaves its devices LOST (``Shifter``) with the schedulers consistent (its
+            sequences were migrated before, or never arrived), so the run goes on without
+            those devices; the next failure past the budget ends the run with it.
+        on_replaced: what to do with a replaced slot's new processes (``SlotFaults``).
     """
 
     def __init__(self, ctl, fleet, planner, shapes: dict[Role, RoleShape], train_needed: int,
                  tau_train: float, release_idle_training: bool, clock=time.monotonic,
-                 max_shift_failures: int = 2, max_slot_deaths: int = 2,
+                 faults: FaultBudget = FaultBudget(),
                  on_replaced: Callable[[tuple[int, ...]], None] | None = None):
         self.ctl, self.fleet, self.planner = ctl, fleet, planner
         self.shapes, self.train_needed, self.tau_train = shapes, train_needed, tau_train
         self.release_idle_training = release_idle_training
         self.clock = clock
-        self.max_shift_failures = max_shift_failures
+        self.max_shift_failures = faults.max_shift_failures
         self.failed_shifts: list[dict[str, Any]] = []
         self.training_leaving = False
         """A shift down of the training replica is in flight: the loop must not start a
@@ -81,7 +81,7 @@ class ClusterControl:
         if hasattr(planner, "bind"):
             planner.bind(lambda: self.status.oldest_rollout_done)
         self.faults = SlotFaults(ctl, fleet, self.execute_async, clock, self.t0,
-                                 on_replaced=on_replaced, max_deaths=max_slot_deaths)
+                                 on_replaced=on_replaced, max_deaths=faults.max_slot_deaths)
         fleet.on_slot_error = self.faults.after_error
 
     def training_devices(self) -> tuple[int, ...]:

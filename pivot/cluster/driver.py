@@ -177,8 +177,6 @@ class ClusterDriver:
         self.cpu_share = cpu.share
         self.tm, self.judge_tm = costs.policy_model(), costs.judge_model()
         self.tau_inference, self.tau_training = costs.tau_inference, costs.tau_training
-        self.max_shift_failures = faults.max_shift_failures
-        self.max_slot_deaths = faults.max_slot_deaths
         self.stack, self._own_stack = stack, False
         self.observer = observer
         # training's slots: every slot (colocated), the deployment's, or the group's;
@@ -281,8 +279,7 @@ class ClusterDriver:
         planner = self.planner
         self.control = ClusterControl(self.ctl, self.fleet, planner, shapes, self.train_needed,
                                     self.tau_training, d.release_idle_training,
-                                    max_shift_failures=self.max_shift_failures,
-                                    max_slot_deaths=self.max_slot_deaths,
+                                    faults=self.fault_budget,
                                     on_replaced=self.stack.cap_slots)
         self.trainer = ClusterTrainer(self.ctl, self.fleet, self.control, self.source,
                                     self.tok.pad_token_id or 0,
