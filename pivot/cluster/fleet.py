@@ -20,7 +20,6 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pivot.errors import StateError
 from pivot.rewards.genrm import build_genrm_prompt
 from pivot.roles.engine.port import GeneratorPort
 from pivot.roles.engine.requests import GenRequest, SampleSpec, SeqResult
@@ -34,7 +33,7 @@ from pivot.types import GENRM, POLICY, Role, SequenceState
 
 if TYPE_CHECKING:
     from pivot.models.tokenizer import TextCodec
-    from pivot.runtime.pending import Pending
+    from pivot.runtime.mesh import EngineHandle
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -62,18 +61,10 @@ class SlotHandle:
     def first_tokens(self, seq_ids: list[int], timeout_s: float = 60.0) -> float:
         return self.ctl.engine(self.device).first_tokens(list(seq_ids), timeout_s).get()
 
-    def start(self, method: str, **kwargs: Any) -> Pending[Any]:
-        """Starts the port's call ``method`` on the slot without waiting (``GeneratorPort``
-        names its calls and starts one per replica before it waits for any); only the
-        calls of the ``GeneratorHandle`` protocol, each on the typed ``EngineHandle``."""
-        eng = self.ctl.engine(self.device)
-        calls: dict[str, Callable[..., Pending[Any]]] = {
-            "submit": eng.submit, "abort": eng.abort, "collect": eng.collect,
-            "poll": eng.poll, "first_tokens": eng.first_tokens}
-        if method not in calls:
-            raise StateError(f"slot {self.device}: {method!r} is no generator port call; "
-                             f"the port starts {sorted(calls)}")
-        return calls[method](**kwargs)
+    def started(self) -> EngineHandle:
+        """The same calls, each started on the slot without waiting (``GeneratorPort``
+        starts one per replica before it waits for any): the typed ``EngineHandle``."""
+        return self.ctl.engine(self.device)
 
 
 class SlotReplicas(Mapping):

@@ -134,10 +134,32 @@ class ActorHandle:
     def first_tokens(self, seq_ids, timeout_s: float = 60.0):
         return self.mesh.first_tokens.call_one(list(seq_ids), timeout_s).get()
 
-    def start(self, method: str, **kwargs):
-        """Starts ``method`` without waiting; ``.get()`` on the result waits (the port
+    def started(self) -> "_StartedActor":
+        """The same calls, each returning at once; ``.get()`` on the result waits (the port
         starts one call per replica before it waits for any)."""
-        return getattr(self.mesh, method).call_one(**kwargs)
+        return _StartedActor(self.mesh)
+
+
+@dataclass
+class _StartedActor:
+    """``ActorHandle``'s calls, started: each returns the endpoint's future."""
+
+    mesh: Any
+
+    def submit(self, reqs):
+        return self.mesh.submit.call_one(reqs)
+
+    def abort(self, seq_ids):
+        return self.mesh.abort.call_one(list(seq_ids))
+
+    def collect(self):
+        return self.mesh.collect.call_one()
+
+    def poll(self):
+        return self.mesh.poll.call_one()
+
+    def first_tokens(self, seq_ids, timeout_s: float = 60.0):
+        return self.mesh.first_tokens.call_one(list(seq_ids), timeout_s)
 
 
 def install_fault_hook(failures: list[str]) -> None:

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from pivot.errors import ConfigError
-from pivot.roles.titan.hf_shards import SafetensorsRows, merge_hf_shards
+from pivot.roles.titan.hf_shards import merge_hf_shards
+from pivot.safetensors_rows import SafetensorsRows
 from pivot.roles.trainer import Trainer
 
 BF16_LOGPROB_ATOL = 0.02

@@ -32,6 +32,11 @@ log = logging.getLogger(__name__)
 
 
 class GeneratorHandle(Protocol):
+    """One generator replica as the port calls it. A handle whose calls can run
+    concurrently also has ``started()``: the same calls, each returning at once with a
+    pending result (``.get()`` / ``await .wait()``), so the port starts one per replica
+    before it waits for any."""
+
     def submit(self, reqs: list[GenRequest]) -> list[str | None]: ...
     def abort(self, seq_ids: list[int]) -> dict[int, SeqResult]: ...
     def collect(self) -> dict[int, SeqResult]: ...
@@ -103,8 +108,7 @@ class GeneratorPort:
     def _abort(self, handles: Mapping[str, GeneratorHandle], ids: Mapping[str, list[int]],
                stats: MigrationStats) -> Steps[None]:
         t = time.perf_counter()
-        outs = yield from _fan_out(handles, "abort",
-                                   {rid: {"seq_ids": ids[rid]} for rid in handles})
+        outs = yield from _fan_out(handles, lambda rid, h: h.abort(ids[rid]))
         stats.abort_s += time.perf_counter() - t
         for out in outs.values():
             if isinstance(out, BaseException):
@@ -141,7 +145,7 @@ class GeneratorPort:
                                             list(self.logprobs.get(s, []))))
         live = {rid: h for rid, h in handles.items() if reqs[rid]}
         t = time.perf_counter()
-        errs = yield from _fan_out(live, "submit", {rid: {"reqs": reqs[rid]} for rid in live})
+        errs = yield from _fan_out(live, lambda rid, h: h.submit(reqs[rid]))
         stats.dispatch_s += time.perf_counter() - t
         resumed: dict[str, list[int]] = {}
         for rid, out in errs.items():
@@ -157,8 +161,8 @@ class GeneratorPort:
                 if r.resume:
                     resumed.setdefault(rid, []).append(r.seq_id)
         if resumed and self.measure_reprefill:
-            firsts = yield from _fan_out({rid: live[rid] for rid in resumed}, "first_tokens",
-                                         {rid: {"seq_ids": resumed[rid]} for rid in resumed})
+            firsts = yield from _fan_out({rid: live[rid] for rid in resumed},
+                                         lambda rid, h: h.first_tokens(resumed[rid]))
             stats.reprefill_s += sum(v for v in firsts.values()
                                      if not isinstance(v, BaseException))
             _raise_first(firsts)
@@ -171,8 +175,8 @@ class GeneratorPort:
         handles = dict(self.replicas.items())
         polling = {rid: h for rid, h in handles.items() if hasattr(h, "poll")}
         rest = {rid: h for rid, h in handles.items() if rid not in polling}
-        outs = yield from _fan_out({**polling, **rest}, lambda rid: (
-            "poll" if rid in polling else "collect"), {rid: {} for rid in handles})
+        outs = yield from _fan_out({**polling, **rest}, lambda rid, h: (
+            h.poll() if rid in polling else h.collect()))
         for rid, out in outs.items():
             if isinstance(out, BaseException):
                 continue
@@ -197,20 +201,18 @@ class GeneratorPort:
         return self.replicas[rid]
 
 
-def _fan_out(handles: Mapping[str, GeneratorHandle], method: str | Callable[[str], str],
-             kwargs: Mapping[str, dict]) -> Steps[dict[str, object]]:
-    """Calls ``method`` (or ``method(replica id)``) on every handle, all started before
-    any is waited for (a handle with ``start`` runs asynchronously; others run in turn).
-    Returns replica id -> result, or the exception that call raised: every call is waited
-    for, so a failing replica never leaves another's result (generated tokens) unread."""
+def _fan_out(handles: Mapping[str, GeneratorHandle],
+             call: Callable[[str, GeneratorHandle], object]) -> Steps[dict[str, object]]:
+    """``call(replica id, handle)`` for every handle, all started before any is waited
+    for: on ``handle.started()`` where the handle has it (the call returns a pending
+    result), else on the handle itself, in turn. Returns replica id -> result, or the
+    exception that call raised: every call is waited for, so a failing replica never
+    leaves another's result (generated tokens) unread."""
     started: dict[str, object] = {}
     for rid, h in handles.items():
-        name = method(rid) if callable(method) else method
         try:
-            if hasattr(h, "start"):
-                started[rid] = h.start(name, **kwargs[rid])
-            else:
-                started[rid] = Done(getattr(h, name)(**kwargs[rid]))
+            started[rid] = (call(rid, h.started()) if hasattr(h, "started")
+                            else Done(call(rid, h)))
         except Exception as e:  # noqa: BLE001 - reported by _raise_first
             started[rid] = Done(e)
     if not started:
