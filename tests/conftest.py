@@ -15,6 +15,17 @@ CACHE = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "cache"))
 """The repository's cache folder (vLLM, inductor and temporary files)."""
 
 
+@pytest.fixture(autouse=True)
+def _no_gin_config_after_a_test():
+    """Each test leaves an empty, unlocked gin config: gin locks the config it parsed, and
+    a binding one test parsed (say ``PivotPlanner.min_replicas`` from gin/tiny_cpu.gin)
+    would otherwise reach the configurables another test builds."""
+    yield
+    import gin
+
+    gin.clear_config()
+
+
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
     """A random tiny Qwen3 folder (2 layers, hidden 128, head_dim 32, vocab 448)."""

@@ -92,10 +92,10 @@ class GPSUser(Actor):
         (version, bytes, seconds of the Write, transport name per link)."""
         from safetensors.torch import load_file
 
-        from pivot.gps.checkpoint import _files
+        from pivot.safetensors_rows import checkpoint_files
 
         state = {}
-        for f in _files(Path(folder)):
+        for f in checkpoint_files(folder):
             state.update(load_file(str(f)))
         layout = ParallelLayout.create(self.gps.models[model], dp=1, tp=1, pp=1)
         t0 = time.perf_counter()
