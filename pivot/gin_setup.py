@@ -30,6 +30,7 @@ def register() -> None:
     import pivot.spec.model_group  # noqa: F401  (ModelGroup, ModelProfile, ...)
     import pivot.cluster.driver  # noqa: F401  (ClusterDriver, ClusterGroup, PromptStream, LoopConfig)
     import pivot.cluster.model_groups  # noqa: F401  (cluster_group, cluster_stream)
+    import pivot.cluster.memory_plan  # noqa: F401  (ClusterSpec: --dry_run)
     import pivot.runtime.backend  # noqa: F401  (Backend)
     import pivot.gps  # noqa: F401  (GPS settings: WriteLeaseConfig)
     import pivot.gps.hosts  # noqa: F401  (HostJob)

@@ -25,7 +25,7 @@ from typing import Any
 
 import gin
 
-from pivot.config.validation import build_required, check, check_range, default_of
+from pivot.config.validation import build_required, check, check_range
 from pivot.errors import ConfigError
 from pivot.cluster.closers import run_closers
 from pivot.cluster.config import (COSTS_FIX, FaultBudget, OptimizerConfig, PlannerCosts,
@@ -35,6 +35,7 @@ from pivot.cluster.faults import stopped_by
 from pivot.cluster.group import ClusterGroup
 from pivot.cluster.stack import ClusterStack
 from pivot.planner.monitor import RoleShape
+from pivot.rewards.genrm import JUDGE_RESPONSE_TOKENS
 from pivot.rl import checkpoint
 from pivot.rl.data import PromptStream
 from pivot.rl.lengths import length_report
@@ -224,11 +225,17 @@ class ClusterDriver:
         if hasattr(self.planner, "check_fits"):
             self.planner.check_fits(group.devices, {r: pool for r in INFERENCE_ROLES},
                                     f"{pool} slots of ClusterGroup.devices={group.devices}")
+        check_range("ClusterGroup.max_response_tokens", group.max_response_tokens, 1,
+                    group.policy_max_model_len - 1, integer=True,
+                    why=f"a response fits the policy's ClusterGroup.policy_max_model_len="
+                        f"{group.policy_max_model_len} with room for the prompt")
         check_range("ClusterGroup.max_response_tokens + max_judge_tokens",
-                    group.max_response_tokens + group.max_judge_tokens, 2,
-                    default_of(ClusterStack, "max_model_len") - 1, integer=True,
-                    why="a judgement's prompt holds the response: both fit the engines' "
-                        "max_model_len with room for the prompt")
+                    min(group.max_response_tokens, JUDGE_RESPONSE_TOKENS)
+                    + group.max_judge_tokens, 2, group.genrm_max_model_len - 1, integer=True,
+                    why=f"a judgement's prompt holds the response (cut to its last "
+                        f"{JUDGE_RESPONSE_TOKENS} tokens at most): both fit the GenRM's "
+                        f"ClusterGroup.genrm_max_model_len={group.genrm_max_model_len} "
+                        f"with room for the prompt")
         self._closers: list = []
         self.ctl = None
 

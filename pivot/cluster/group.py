@@ -67,6 +67,16 @@ class ClusterGroup:
         expert_parallel: a replica of several devices of an MoE model divides the
             experts among them (EP, as the paper serves its MoE GenRMs; attention stays
             TP); False slices every expert instead. Dense models ignore it.
+        policy_max_model_len / genrm_max_model_len: each model's engine context, tokens
+            (the policy's is also the trainer's RoPE length); a paper group's come from
+            its length caps (``cluster_group``: prompt + response for the policy, the
+            judge prompt holding the cut response + judgement for the GenRM).
+        policy_max_num_seqs / genrm_max_num_seqs: each engine's batch cap (vLLM
+            ``max_num_seqs``).
+        policy_memory_share / genrm_memory_share: each engine's vLLM
+            ``gpu_memory_utilization`` on ``cuda``: both engines live on every GPU, each
+            asleep when its role is not there (sec. 5.2), so each takes its own share;
+            unused on ``cpu`` (the KV cache is ``num_blocks``).
     """
 
     name: str = "tiny_cpu"
@@ -88,6 +98,12 @@ class ClusterGroup:
     genrm_replica_devices: int = 1
     load_format: str = "auto"
     expert_parallel: bool = True
+    policy_max_model_len: int = default_of(EngineConfig, "max_model_len")
+    genrm_max_model_len: int = default_of(EngineConfig, "max_model_len")
+    policy_max_num_seqs: int = default_of(EngineConfig, "max_num_seqs")
+    genrm_max_num_seqs: int = default_of(EngineConfig, "max_num_seqs")
+    policy_memory_share: float = 0.45
+    genrm_memory_share: float = 0.45
 
     def __post_init__(self) -> None:
         self.check()
@@ -109,8 +125,18 @@ class ClusterGroup:
         for k in ("max_response_tokens", "max_judge_tokens"):
             check_range(f"ClusterGroup.{k}", getattr(self, k), 1, integer=True, why="tokens")
         check_range("ClusterGroup.temperature", self.temperature, 0, why="0 is greedy")
+        for m in ("policy", "genrm"):
+            check_range(f"ClusterGroup.{m}_max_model_len", getattr(self, f"{m}_max_model_len"),
+                        2, integer=True, why="tokens of the engine's context")
+            check_range(f"ClusterGroup.{m}_max_num_seqs", getattr(self, f"{m}_max_num_seqs"),
+                        1, integer=True, why="the engine's batch cap")
+            check_range(f"ClusterGroup.{m}_memory_share", getattr(self, f"{m}_memory_share"),
+                        0, 1, open_lo=True, why="vLLM's gpu_memory_utilization of the engine")
+        check_range("ClusterGroup.policy_memory_share + genrm_memory_share",
+                    self.policy_memory_share + self.genrm_memory_share, 0, 1,
+                    why="both engines start on every GPU, each with its share")
         block = default_of(EngineConfig, "block_size")
-        longest = default_of(EngineConfig, "max_model_len")
+        longest = max(self.policy_max_model_len, self.genrm_max_model_len)
         check_range("ClusterGroup.num_blocks", self.num_blocks, -(-longest // block),
                     integer=True, why=f"KV blocks of {block} tokens: at least one sequence "
                                       f"of max_model_len={longest}")

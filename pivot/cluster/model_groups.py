@@ -20,10 +20,12 @@ from pathlib import Path
 
 import gin
 
-from pivot.config.validation import check_text, default_of
+from pivot.config.validation import check_range, check_text, default_of
 from pivot.cluster.config import PlannerCosts
 from pivot.cluster.group import ClusterGroup
+from pivot.rewards.genrm import judge_prompt_tokens
 from pivot.rl.data import PromptStream
+from pivot.roles.engine.config import EngineConfig
 from pivot.runtime.backend import Backend
 from pivot.spec.model_group import ModelGroup
 
@@ -35,7 +37,7 @@ def cluster_group(group: ModelGroup = gin.REQUIRED, backend: Backend = gin.REQUI
                   checkpoints: str = "checkpoints", load_format: str = "auto",
                   num_blocks: int = 4096,
                   memory_budget_gb: float = default_of(ClusterGroup, "memory_budget_gb"),
-                  ) -> ClusterGroup:
+                  engine_share: float = 0.5) -> ClusterGroup:
     """The ``ClusterGroup`` of a model group on ``backend``.
 
     Args:
@@ -49,8 +51,17 @@ def cluster_group(group: ModelGroup = gin.REQUIRED, backend: Backend = gin.REQUI
             shapes, when the checkpoints hold only configs and tokenizers).
         num_blocks: KV blocks per engine (vLLM sizes them from memory when it can).
         memory_budget_gb: what one CPU host's slots may hold together (``cpu`` only).
+        engine_share: the part of each model's ``ModelProfile.mem_util`` its engine takes
+            as ``gpu_memory_utilization``: the two engines share every GPU (sec. 5.2).
+
+    The engines' lengths come from the group's caps (``LengthModel``, sec. 8.1): the
+    policy's context is prompt + response; the GenRM's is its judge prompt (the problem,
+    the response as ``build_genrm_prompt`` cuts it, the fixed text) + the judgement. The
+    batch caps are the profiles' ``max_num_seqs`` (``EngineConfig``'s where None).
     """
     check_text("cluster_group.checkpoints", checkpoints)
+    check_range("cluster_group.engine_share", engine_share, 0, 0.5, open_lo=True,
+                why="each of the two engines on a GPU takes this part of its mem_util")
     genrm = group.genrm or group.policy
     root = Path(checkpoints)
     # the fit check on a CPU host: both engines' fp32 weights and the trainer's state
@@ -67,7 +78,23 @@ def cluster_group(group: ModelGroup = gin.REQUIRED, backend: Backend = gin.REQUI
         max_judge_tokens=group.lengths.judge_cap,
         policy_replica_devices=group.policy.devices,
         genrm_replica_devices=genrm.devices, load_format=load_format,
-        num_blocks=num_blocks, gb_per_slot=gb, memory_budget_gb=memory_budget_gb)
+        num_blocks=num_blocks, gb_per_slot=gb, memory_budget_gb=memory_budget_gb,
+        **engine_bindings(group, engine_share))
+
+
+def engine_bindings(group: ModelGroup, engine_share: float = 0.5) -> dict[str, int | float]:
+    """``ClusterGroup``'s engine fields (context, batch cap, memory share of each model)
+    from a model group's length caps and profiles."""
+    ln, genrm = group.lengths, group.genrm or group.policy
+    seqs = default_of(EngineConfig, "max_num_seqs")
+    return {
+        "policy_max_model_len": ln.prompt_cap + ln.response_cap,
+        "genrm_max_model_len": judge_prompt_tokens(ln.prompt_cap, ln.response_cap)
+        + ln.judge_cap,
+        "policy_max_num_seqs": group.policy.max_num_seqs or seqs,
+        "genrm_max_num_seqs": genrm.max_num_seqs or seqs,
+        "policy_memory_share": round(group.policy.mem_util * engine_share, 4),
+        "genrm_memory_share": round(genrm.mem_util * engine_share, 4)}
 
 
 @gin.configurable

@@ -25,7 +25,6 @@ from pathlib import Path
 from collections.abc import Sequence
 from typing import Any
 
-from pivot.config.validation import default_of
 from pivot.errors import ConfigError, StateError
 from pivot.cluster.closers import run_closers
 from pivot.cluster.group import ClusterGroup
@@ -43,20 +42,22 @@ class ClusterStack:
         seed: engine and trainer seed (sampling seeds are per run and per sequence).
         lr: the trainer's AdamW learning rate.
         cpu_share: fraction of one core per slot (cgroup v1 quota); 0 disables.
-        max_model_len: engine context and trainer RoPE length, tokens.
+        max_model_len: the trainer's RoPE length, tokens (None: the policy engines'
+            context, ``ClusterGroup.policy_max_model_len``).
 
     ``seed``, ``lr`` and ``cpu_share`` have no default here: they are the
     ``ClusterDriver``'s (gin-bound) ``RunConfig.seed``, ``OptimizerConfig.lr`` and
     ``CpuConfig.share``, passed through (``ClusterDriver._start``; a stack started ahead
     of its runs takes them from a probe driver or ``default_of`` of those configs).
-    ``max_model_len`` is ``EngineConfig``'s.
+    Each model's engines take their context, batch cap and (on ``cuda``) memory share
+    from the group (``ClusterGroup.policy_*`` / ``genrm_*``).
     """
 
     group: ClusterGroup
     seed: int
     lr: float
     cpu_share: float
-    max_model_len: int = default_of(EngineConfig, "max_model_len")
+    max_model_len: int | None = None
     startup_s: float = 0.0
     runs: int = 0
     _closers: list = field(default_factory=list)
@@ -67,14 +68,20 @@ class ClusterStack:
         generation lengths may differ: they are per request)."""
         g = self.group
         return (g.devices, g.policy_dir, g.genrm_dir, g.num_blocks, self.lr, self.cpu_share,
-                g.backend, g.load_format)
+                g.backend, g.load_format, self.engine_fields(g))
+
+    @staticmethod
+    def engine_fields(g: ClusterGroup) -> tuple:
+        """The group's engine settings a started stack is fixed to."""
+        return tuple(getattr(g, f"{m}_{k}") for m in ("policy", "genrm")
+                     for k in ("max_model_len", "max_num_seqs", "memory_share"))
 
     def fits(self, group: ClusterGroup, lr: float, cpu_share: float) -> None:
         """Raises ConfigError unless a run with these settings can reuse the stack."""
         want = ClusterStack(group, self.seed, lr, cpu_share).key()
         if want != self.key():
             raise ConfigError(f"ClusterStack: a run with (devices, policy, genrm, num_blocks, "
-                              f"lr, cpu_share, backend, load_format)={want} cannot reuse "
+                              f"lr, cpu_share, backend, load_format, engines)={want} cannot reuse "
                               f"the stack started with {self.key()}")
 
     @property
@@ -101,6 +108,12 @@ class ClusterStack:
         t0 = time.perf_counter()
         g = self.group
         g.check()
+        if g.backend.described_gpus:
+            raise ConfigError(f"Backend.described_gpus={g.backend.described_gpus}: a described "
+                              f"cluster is for launchers/run.py --dry_run, which starts "
+                              f"nothing; leave it 0 to run")
+        if self.max_model_len is None:
+            self.max_model_len = g.policy_max_model_len
         self.policy_dir, self.genrm_dir = g.model_dirs()
         from pivot.roles.engine.tp import check_ep_size, check_tp_size, moe_experts
         # a model's replicas of k > 1 devices are TP blocks (an MoE's experts EP), their
@@ -135,12 +148,18 @@ class ClusterStack:
         self.source = GPSParameterSource(gps, metas, storage, alloc.device_host)
         self._load_initial()
         # one engine per model per slot, each configured from its own folder (sec. 5.2)
+        # (the memory share only on cuda: a cpu engine's KV cache is its block count)
         self.engine_configs = {
-            m: EngineConfig(d, max_model_len=self.max_model_len, num_blocks=g.num_blocks,
+            m: EngineConfig(d, max_model_len=getattr(g, f"{k}_max_model_len"),
+                            num_blocks=g.num_blocks,
+                            max_num_seqs=getattr(g, f"{k}_max_num_seqs"),
                             cache_dir=cache, seed=self.seed, dtype=g.backend.dtype,
                             load_format=g.load_format, tensor_parallel_size=tp[m],
-                            expert_parallel=ep[m])
-            for m, d in ((POLICY, self.policy_dir), (GENRM, self.genrm_dir))}
+                            expert_parallel=ep[m],
+                            gpu_memory_utilization=getattr(g, f"{k}_memory_share")
+                            if g.backend.sleep_mode else None)
+            for m, k, d in ((POLICY, "policy", self.policy_dir),
+                            (GENRM, "genrm", self.genrm_dir))}
         ecfg = {r: self.engine_configs[MODEL_OF_ROLE[r]] for r in INFERENCE_ROLES}
         self.kv_capacities = {r: c.kv_capacity for r, c in ecfg.items()}
         self.kv_capacity = min(self.kv_capacities.values())

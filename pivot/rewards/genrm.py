@@ -65,6 +65,22 @@ def build_genrm_prompt(problem: str, response: str) -> str:
             f"Response: {response}\n{JUDGE_TAG}")
 
 
+JUDGE_RESPONSE_TOKENS = 4 * (MAX_RESPONSE_CHARS + 3)
+"""Most tokens of a response inside the GenRM's prompt: its last ``MAX_RESPONSE_CHARS``
+characters after ``...``, at most 4 UTF-8 bytes each, and a byte-level BPE token is at
+least one byte."""
+
+
+def judge_prompt_tokens(problem_tokens: int, response_tokens: int) -> int:
+    """A bound on the GenRM prompt's tokens (``build_genrm_prompt``) for a problem of
+    ``problem_tokens`` and a response of ``response_tokens``: the fixed text (ASCII, a token
+    per byte at most), the problem, and the response as cut (``JUDGE_RESPONSE_TOKENS``).
+    The problem's tokens are taken as the same in the GenRM's vocabulary (an assumption:
+    both are byte-level BPE vocabularies of ~150K)."""
+    fixed = len(build_genrm_prompt("", "").encode())
+    return fixed + problem_tokens + min(response_tokens, JUDGE_RESPONSE_TOKENS)
+
+
 def parse_genrm_score(text: str | None) -> ParsedScore:
     """Parses the GenRM's own output; never raises."""
     if text is None or not text.strip():

@@ -71,6 +71,11 @@ class Backend:
     cluster backend: what has run"): ``check`` refuses ``cuda`` unless this is True, and
     the console then says so at the start of the run."""
 
+    described_gpus: int = 0
+    """GPUs a host has in a described cluster (``launchers/run.py --dry_run``: its
+    ``ClusterSpec.gpus_per_host``), used instead of probing this machine; nothing starts
+    with it set (``ClusterStack.start`` refuses). 0: probe."""
+
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             fail("Backend.kind", self.kind, f"must be one of {KINDS} ('cpu': slots on this "
@@ -78,6 +83,8 @@ class Backend:
         check_range("Backend.hosts", self.hosts, 1, integer=True, why="hosts of the job")
         check_range("Backend.devices_per_host", self.devices_per_host, 0, integer=True,
                     why="0: every device of the host")
+        check_range("Backend.described_gpus", self.described_gpus, 0, integer=True,
+                    why="GPUs a described host has (--dry_run); 0: probe this machine")
         check_range("Backend.gps_host_gb", self.gps_host_gb, 0,
                     why="GiB of host memory for GPS; 0: a share of this host's memory")
         if self.proc_per_role is False and self.kind == "cuda":
@@ -139,8 +146,12 @@ class Backend:
         if self.devices_per_host:
             return self.devices_per_host
         if self.kind == "cuda":
-            return visible_gpus() if gpus is None else gpus
+            return self.gpus_per_host() if gpus is None else gpus
         return -(-devices // self.hosts)
+
+    def gpus_per_host(self) -> int:
+        """GPUs of one host: the described cluster's (``described_gpus``), else probed."""
+        return self.described_gpus or visible_gpus()
 
     def check(self, devices: int, replicas: Mapping[str, int], *,
               gpus: int | None = None, where: str = "") -> None:
@@ -150,7 +161,8 @@ class Backend:
             devices: the group's devices.
             replicas: role -> devices of one replica of it (TP x EP; training: the
                 replica's FSDP ranks).
-            gpus: GPUs of one host (None: probed with ``torch.cuda.device_count()``).
+            gpus: GPUs of one host (None: ``described_gpus``, else probed with
+                ``torch.cuda.device_count()``).
             where: the gin file or group the values come from, for the message.
 
         Raises:
@@ -158,7 +170,7 @@ class Backend:
         """
         src = f" (in {where})" if where else ""
         if self.kind == "cuda":
-            have = visible_gpus() if gpus is None else gpus
+            have = self.gpus_per_host() if gpus is None else gpus
             if have == 0:
                 fail("Backend.kind", self.kind,
                      f"this machine has no CUDA device (torch.cuda.device_count() == 0)"
@@ -172,7 +184,7 @@ class Backend:
         if errors:
             fail("Backend", f"{self.kind} x {self.hosts} hosts x {per_host} devices",
                  "; ".join(errors) + f"{src}")
-        if self.kind == "cuda" and not self.untested_cuda:
+        if self.kind == "cuda" and not self.untested_cuda and not self.described_gpus:
             fail("Backend.kind", self.kind,
                  f"no GPU run has checked the cuda backend yet (the trainer's bf16 / NCCL "
                  f"path and vLLM's sleep mode are written, never run on a GPU: "

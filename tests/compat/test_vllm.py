@@ -55,7 +55,7 @@ def test_engine_args_take_every_field_the_engine_passes():
     fields = {f.name for f in dataclasses.fields(EngineArgs)}
     used = {"model", "dtype", "block_size", "max_model_len", "max_num_seqs",
             "num_gpu_blocks_override", "enforce_eager", "enable_prefix_caching",
-            "disable_log_stats", "seed"}
+            "disable_log_stats", "seed", "gpu_memory_utilization"}
     assert used <= fields, f"EngineArgs lost {sorted(used - fields)}: re-check VllmEngine"
 
 

@@ -47,6 +47,8 @@ class EngineConfig:
         expert_parallel: an MoE model's replica divides its experts among its
             ``tensor_parallel_size`` ranks (vLLM's ``enable_expert_parallel``, as the
             paper's MoE GenRMs are served) instead of slicing every expert.
+        gpu_memory_utilization: vLLM's share of the GPU for this engine (None: vLLM's
+            default; the ``cpu`` engines leave it None, their KV cache is ``num_blocks``).
     """
 
     model: str
@@ -62,6 +64,7 @@ class EngineConfig:
     load_format: str = "auto"
     tensor_parallel_size: int = 1
     expert_parallel: bool = False
+    gpu_memory_utilization: float | None = None
 
     @property
     def kv_capacity(self) -> int:

@@ -122,6 +122,8 @@ class VllmEngine:
         if cfg.expert_parallel:
             from pivot.roles.engine.tp import expert_parallel_args
             extra.update(expert_parallel_args(model_dir, tp))
+        if cfg.gpu_memory_utilization is not None:
+            extra["gpu_memory_utilization"] = cfg.gpu_memory_utilization
         t = time.perf_counter()
         try:
             self.llm = LLMEngine.from_engine_args(EngineArgs(
