@@ -46,7 +46,7 @@ from pivot.rl.workflow import RLWorkflow
 from pivot.runtime.pending import SlotProcessDied
 from pivot.scheduler.scheduler import ShiftAwareScheduler
 from pivot.scheduler.throughput import BinaryThroughputModel
-from pivot.spec.deployment import Deployment
+from pivot.spec.deployment import Deployment, training_slots
 from pivot.types import GENRM, INFERENCE_ROLES, POLICY, Role, ShiftDown, ShiftPlan
 
 log = logging.getLogger(__name__)
@@ -186,7 +186,7 @@ class ClusterDriver:
         check_range("Deployment.training_devices", td, -1, group.devices, integer=True,
                     why=f"-1: every slot; 0: ClusterGroup.training_devices; at most "
                         f"ClusterGroup.devices={group.devices}")
-        self.train_needed = group.devices if td == -1 else (td or group.training_devices)
+        self.train_needed = training_slots(td, group.devices, group.training_devices)
         rows = stream.prompts_per_step * group.n
         check(rows >= self.train_needed, "PromptStream.prompts_per_step", stream.prompts_per_step,
               f"x ClusterGroup.n={group.n} = {rows} rows a step, fewer than the "

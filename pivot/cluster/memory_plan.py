@@ -153,6 +153,11 @@ class MemoryPlan:
                               + "; ".join(str(r) for r in self.refusals))
 
 
+PARAM_BYTES, GRAD_BYTES, ADAMW_BYTES = 4, 4, 8
+"""Bytes per parameter of the trainer's state (fp32 master weight, fp32 gradient, AdamW's
+two fp32 moments)."""
+
+
 def activation_bytes_per_token(arch) -> float:
     """Bytes a token keeps for backward in the trainer: ``layers x A + 10 V`` (module
     docstring)."""
@@ -182,7 +187,8 @@ def trainer_memory(m: ModelProfile, ranks: int, rows: int, seq_len: int) -> Trai
                           f"Architecture (bind ModelProfile.arch)")
     a = m.arch
     block = (p - a.vocab * a.hidden * (1 if a.tied_embeddings else 2)) / a.layers
-    return TrainerMemory(ranks, rows, seq_len, 4 * p / ranks, 4 * p / ranks, 8 * p / ranks,
+    return TrainerMemory(ranks, rows, seq_len, PARAM_BYTES * p / ranks,
+                         GRAD_BYTES * p / ranks, ADAMW_BYTES * p / ranks,
                          2 * 2 * block, rows * seq_len * activation_bytes_per_token(a))
 
 

@@ -23,13 +23,13 @@ import gin
 from pivot.config.validation import check_range, check_text, default_of
 from pivot.cluster.config import PlannerCosts
 from pivot.cluster.group import ClusterGroup
+from pivot.cluster.memory_plan import ADAMW_BYTES, GRAD_BYTES, PARAM_BYTES
 from pivot.rewards.genrm import judge_prompt_tokens
 from pivot.rl.data import PromptStream
 from pivot.roles.engine.config import EngineConfig
 from pivot.runtime.backend import Backend
 from pivot.spec.model_group import ModelGroup
 
-_FP32_BYTES, _ADAM_BYTES = 4, 16   # a weight; weight + gradient + two AdamW moments (fp32)
 
 
 @gin.configurable
@@ -65,8 +65,8 @@ def cluster_group(group: ModelGroup = gin.REQUIRED, backend: Backend = gin.REQUI
     genrm = group.genrm or group.policy
     root = Path(checkpoints)
     # the fit check on a CPU host: both engines' fp32 weights and the trainer's state
-    gb = (_FP32_BYTES * (group.policy.params_b + genrm.params_b)
-          + _ADAM_BYTES * group.policy.params_b)
+    gb = (PARAM_BYTES * (group.policy.params_b + genrm.params_b)
+          + (PARAM_BYTES + GRAD_BYTES + ADAMW_BYTES) * group.policy.params_b)
     per_host = backend.devices_per_host or group.devices_per_host
     backend = dataclasses.replace(backend, devices_per_host=per_host,
                                   hosts=max(backend.hosts, -(-group.devices // per_host)))

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from pivot.errors import ConfigError
 from pivot.paths import REPO_ROOT
+from pivot.spec.deployment import training_slots
 
 OUT = REPO_ROOT / "results" / "local"
 STATIC_BASELINES = ("disaggregated", "rr_colocated")
@@ -75,8 +76,8 @@ def row_training_slots(row: dict, devices: int, group_default: int) -> int:
     slots with the group's ``group_default`` (``ClusterGroup.training_devices``)."""
     if "training_slots" in row:
         return row["training_slots"]
-    td = legacy_row(row["deployment"])["training_devices"]
-    return devices if td == -1 else (td or group_default)
+    return training_slots(legacy_row(row["deployment"])["training_devices"], devices,
+                          group_default)
 
 
 def _bound_int(bindings: list[str], name: str) -> int | None:

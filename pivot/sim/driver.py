@@ -28,7 +28,7 @@ from pivot.scheduler.throughput import BinaryThroughputModel
 from pivot.shifting.device_map import DeviceMap
 from pivot.shifting.executor import ShiftExecutor
 from pivot.shifting.shifter import Shifter
-from pivot.spec.deployment import Deployment
+from pivot.spec.deployment import Deployment, training_slots
 from pivot.spec.model_group import ModelGroup
 from pivot.sim.engine import REPLICA, TICK, TRAIN_DONE, TRAIN_START, SimCluster, VirtualClock
 from pivot.sim.metrics import SimResult, Tracer
@@ -91,8 +91,7 @@ class SimDriver:
         self._stalled = 0
         self._progress: tuple = ()
         g, d = group, deployment
-        self.train_needed = (g.devices if d.training_devices == -1 else
-                             d.training_devices or g.training.devices)
+        self.train_needed = training_slots(d.training_devices, g.devices, g.training.devices)
         check_range("Deployment.training_devices", d.training_devices, -1, g.devices,
                     integer=True, why=f"-1: the whole cluster; 0: the group's; "
                                       f"ModelGroup.devices={g.devices}")

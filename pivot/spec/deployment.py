@@ -54,3 +54,10 @@ class Deployment:
         for k in ("training_home", "binary_scheduler", "migrate_on_shift_up",
                   "release_idle_training"):
             check_bool(f"Deployment.{k}", getattr(self, k))
+
+
+def training_slots(training_devices: int, devices: int, group_default: int) -> int:
+    """The devices a training replica holds under ``Deployment.training_devices``: every
+    device of the group (-1, colocated), the deployment's own count, or the group's
+    ``group_default`` (0)."""
+    return devices if training_devices == -1 else (training_devices or group_default)
